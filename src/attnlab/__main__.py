@@ -1,0 +1,3 @@
+from attnlab.cli import main
+
+raise SystemExit(main())

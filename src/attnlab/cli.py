@@ -1,0 +1,152 @@
+"""The ``attnlab`` command line.
+
+    attnlab demo                          every experiment, quick settings, one report folder
+    attnlab reproduce --list              the registered experiments, one line each
+    attnlab reproduce NAME --out DIR      one experiment: config.json, metrics.json, figures, report.md
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from attnlab import __version__
+from attnlab.errors import UsageError
+
+DEMO_EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems")
+
+EPILOG = """examples:
+  attnlab demo                                   # ~1 minute on 2 CPU cores; prints where the report is
+  attnlab reproduce --list
+  attnlab reproduce scansnap-fig6 --out runs/fig6
+  attnlab reproduce scansnap-fig6 --out runs/fig6-quick --seeds 3 --set num_last=1,3 --set sgd.steps=50
+  attnlab reproduce scansnap-theorems --out runs/thm --set ratios=10,30,100
+
+Every run folder holds config.json (the fully resolved config), metrics.json (each claim:
+measured, expected, tolerance, holds), PNG figures and report.md."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's default prints usage too)
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="attnlab",
+        description="attnlab: how self-attention trains (Scan&Snap, JoMA), made runnable, "
+        "with each theorem checked as measured vs predicted.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"attnlab {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    demo = sub.add_parser(
+        "demo",
+        help="run every experiment on its quick default and write one report (report.md + index.html)",
+        description="Run every registered experiment (quick settings where an experiment has them) into one "
+        "folder, with report.md and an index.html that shows every figure and every claim with ✓/✗.",
+    )
+    demo.add_argument("--out", default="attnlab-demo", type=Path, help="report folder (default: ./attnlab-demo)")
+    demo.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    demo.add_argument("--full", action="store_true", help="use each experiment's full settings, not the quick ones")
+
+    rep = sub.add_parser(
+        "reproduce",
+        help="run one experiment (a paper figure or theorem check) into a folder",
+        description="Run one registered experiment. Writes DIR/config.json, DIR/metrics.json "
+        "(claims: measured, expected, tolerance, holds), PNG figures and DIR/report.md. A previous "
+        "run in DIR is replaced only once the new one has completed.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rep.add_argument("name", nargs="?", help="experiment name (see --list)")
+    rep.add_argument("--list", action="store_true", help="list the experiments, one line each")
+    rep.add_argument("--out", type=Path, help="output folder (required to run)")
+    rep.add_argument("--seeds", type=int, help="number of seeds, 1..N (experiments with a 'seeds' setting)")
+    rep.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, e.g. --set sgd.steps=50 --set eta_z=1,2 (repeatable)")
+    rep.add_argument("--quick", action="store_true", help="use the experiment's quick settings (as the demo does)")
+    return p
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set sgd.steps=50")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_reproduce(args) -> int:
+    from attnlab.experiments import registry, runner
+
+    if args.list:
+        for exp in registry.load_all().values():
+            print(f"{exp.name:22s} {exp.summary}")
+        return 0
+    if not args.name:
+        raise UsageError("name an experiment, e.g. `attnlab reproduce scansnap-fig6 --out runs/fig6` (or use --list)")
+    exp = registry.get(args.name)
+    if args.out is None:
+        raise UsageError(f"--out DIR is required: e.g. `attnlab reproduce {exp.name} --out runs/{exp.name}`")
+    device = runner.check_device(args.device)
+    cfg = runner.resolve_config(exp, _parse_overrides(args.overrides), args.seeds, args.quick)
+    command = "attnlab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    with runner.staged_output(args.out) as stage:
+        result = runner.execute(exp, cfg, stage, device, True, command)
+    out = args.out.expanduser().absolute()
+    held = sum(c.holds for c in result.claims)
+    print(f"{exp.name}: {held}/{len(result.claims)} claims hold; report: {out / 'report.md'}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from attnlab.experiments import registry, runner
+    from attnlab.experiments.report import demo_index_html, demo_report_md
+
+    device = runner.check_device(args.device)
+    t0 = time.perf_counter()
+    sections = []
+    with runner.staged_output(args.out) as stage:
+        for name in DEMO_EXPERIMENTS:
+            exp = registry.get(name)
+            cfg = runner.resolve_config(exp, {}, None, quick=not args.full)
+            (stage / name).mkdir()
+            command = f"attnlab reproduce {name} --out {name}" + ("" if args.full else " --quick")
+            print(f"[demo] {name} ...", file=sys.stderr, flush=True)
+            result = runner.execute(exp, cfg, stage / name, device, True, command)
+            sections.append((name, exp, result))
+        seconds = time.perf_counter() - t0
+        (stage / "index.html").write_text(demo_index_html(sections, seconds))
+        (stage / "report.md").write_text(demo_report_md(sections, seconds))
+    out = args.out.expanduser().absolute()
+    total = sum(len(r.claims) for _, _, r in sections)
+    held = sum(c.holds for _, _, r in sections for c in r.claims)
+    print(f"attnlab demo: {held}/{total} claims hold in {seconds:.0f} s")
+    print(f"report: {out / 'index.html'}  (and {out / 'report.md'})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "reproduce":
+            return cmd_reproduce(args)
+        if args.command == "demo":
+            return cmd_demo(args)
+        parser.print_help()
+        return 0
+    except UsageError as e:
+        print(f"attnlab: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attnlab: interrupted; nothing was written", file=sys.stderr)
+        return 130

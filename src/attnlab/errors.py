@@ -1,0 +1,9 @@
+"""User-facing errors: the CLI turns each into one line on stderr and exit code 2."""
+
+
+class UsageError(Exception):
+    """Bad input that the user can fix; the message names the fix."""
+
+
+class ConfigError(UsageError, ValueError):
+    """An experiment or model config that cannot describe a valid run."""

@@ -1,0 +1,1 @@
+"""The experiment contract: registry, config resolution, claims, runner and reports."""

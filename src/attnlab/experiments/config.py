@@ -1,0 +1,100 @@
+"""Resolve an experiment config from its dataclass defaults and ``--set key=value`` overrides.
+
+Keys are field names; a nested dataclass field is reached with a dot (``data.T=64``,
+``sgd.momentum=0``). Values are parsed by the field's type; tuples take commas
+(``eta_z=0.5,1,2``). Unknown keys get a "did you mean" hint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from typing import Any
+
+from attnlab.errors import UsageError
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """{"data.T": 128, ...} for a (nested) dataclass instance."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(v):
+            out.update(flatten(v, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = v
+    return out
+
+
+def to_json(cfg: Any) -> dict[str, Any]:
+    d = dataclasses.asdict(cfg)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def _parse(text: str, typ: Any, key: str) -> Any:
+    origin = typing.get_origin(typ)
+    try:
+        if origin is tuple:
+            (elem, *_rest) = typing.get_args(typ)
+            return tuple(_parse(t.strip(), elem, key) for t in text.split(",") if t.strip())
+        if typ is bool:
+            low = text.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if typ is int:
+            return int(text)
+        if typ is float:
+            return float(text)
+        return text
+    except ValueError:
+        name = getattr(typ, "__name__", str(typ))
+        raise UsageError(f"--set {key}={text}: expected a value of type {name}") from None
+
+
+def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dict[str, Any] | None = None) -> Any:
+    """Instantiate ``config_cls`` with ``base`` (already-typed values, e.g. demo's quick mode)
+    then ``overrides`` (strings from the command line) applied on top."""
+    default = config_cls()
+    flat = flatten(default)
+    hints = _field_types(config_cls)
+    values: dict[str, Any] = dict(base or {})
+    for key, text in (overrides or {}).items():
+        if key not in flat:
+            close = difflib.get_close_matches(key, flat, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise UsageError(f"unknown config key {key!r}: {hint}keys are: {', '.join(flat)}")
+        values[key] = _parse(text, hints[key], key)
+    return _build(config_cls, values)
+
+
+def _field_types(cls: type, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, typ in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(typ):
+            out.update(_field_types(typ, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = typ
+    return out
+
+
+def _build(cls: type, values: dict[str, Any]) -> Any:
+    kwargs: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        typ = hints[f.name]
+        if dataclasses.is_dataclass(typ):
+            sub = {k[len(f.name) + 1 :]: v for k, v in values.items() if k.startswith(f.name + ".")}
+            if sub:
+                kwargs[f.name] = _build(typ, {**_present(cls, f.name), **sub})
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
+
+
+def _present(cls: type, name: str) -> dict[str, Any]:
+    """The default value of nested dataclass field ``name``, flattened (so overrides keep
+    the experiment's own defaults for that sub-config, not the sub-config class's)."""
+    return flatten(getattr(cls(), name))
