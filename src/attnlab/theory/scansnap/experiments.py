@@ -153,12 +153,17 @@ def run_fig6(cfg: Fig6Config, ctx) -> Result:
     ]
     claims = _fig6_claims(cfg, mean, prior)
     _fig6_figure(cfg, mean, std, prior, ctx)
+    peaks = [f"{nl}/{nl * cfg.data.num_next_per_last} at η_Z = {ez:g}: highest at η_Y/η_Z = {cfg.ratio[int(np.argmax(mean[nl][i]))]:g} "
+             f"(H = {mean[nl][i].max():.3f} vs {mean[nl][i][-1]:.3f} at {cfg.ratio[-1]:g})"
+             for nl in cfg.num_last if nl > 1 for i, ez in enumerate(cfg.eta_z)
+             if int(np.argmax(mean[nl][i])) != len(cfg.ratio) - 1]
     return Result(
         claims,
         metrics={"rows": rows, "prior_entropy": prior},
         figures={"fig6.png": "Fig. 6: average entropy of c_n on distinct tokens vs η_Y/η_Z, one curve per η_Z "
                              f"(mean ± std over {cfg.seeds} seeds); dotted: {PRIOR_ENTROPY_NOTE}."},
-        summary=f"{len(rows)} cells x {cfg.seeds} seeds = {len(rows) * cfg.seeds} runs of {cfg.sgd.steps} steps.",
+        summary=f"{len(rows)} cells x {cfg.seeds} seeds = {len(rows) * cfg.seeds} runs of {cfg.sgd.steps} steps. "
+        + ("Curves not highest at the largest ratio: " + "; ".join(peaks) + "." if peaks else ""),
     )
 
 
