@@ -15,7 +15,7 @@ from pathlib import Path
 from attnlab import __version__
 from attnlab.errors import UsageError
 
-DEMO_EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems")
+DEMO_EXPERIMENTS: tuple[str, ...] | None = None  # None: every registered experiment
 
 EPILOG = """examples:
   attnlab demo                                   # ~1 minute on 2 CPU cores; prints where the report is
@@ -115,7 +115,7 @@ def cmd_demo(args) -> int:
     t0 = time.perf_counter()
     sections = []
     with runner.staged_output(args.out) as stage:
-        for name in DEMO_EXPERIMENTS:
+        for name in DEMO_EXPERIMENTS or tuple(registry.load_all()):
             exp = registry.get(name)
             cfg = runner.resolve_config(exp, {}, None, quick=not args.full)
             (stage / name).mkdir()

@@ -62,8 +62,10 @@ def check_device(device: str) -> str:
 def resolve_config(exp: Experiment, overrides: dict[str, str], seeds: int | None, quick: bool) -> Any:
     base = dict(exp.quick) if quick else {}
     if seeds is not None:
-        if "seeds" not in config_mod.flatten(exp.config_cls()):
-            raise UsageError(f"{exp.name} is deterministic (no seeds); drop --seeds")
+        keys = config_mod.flatten(exp.config_cls())
+        if "seeds" not in keys:
+            hint = "use --set seed=N to pick its one seed" if "seed" in keys else "it is deterministic"
+            raise UsageError(f"{exp.name} has no number of seeds: drop --seeds ({hint})")
         if seeds < 1:
             raise UsageError(f"--seeds {seeds}: use at least 1")
         base["seeds"] = seeds

@@ -1,7 +1,7 @@
 """Registered Scan&Snap experiments: ``scansnap-fig4``, ``scansnap-fig6``, ``scansnap-theorems``."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -72,7 +72,7 @@ def run_fig4(cfg: Fig4Config, ctx) -> Result:
         check("z_ml grows faster with larger P(l|m,n) (Spearman rank correlation over distinct tokens)",
               rho, 1.0, 0.1, "at_least"),
     ]
-    fig, (a0, a1) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1.3, 1]})
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.3, 1]}, layout="constrained")
     im = a0.imshow(c_rows.numpy(), aspect="auto", cmap="viridis")
     a0.axvline(len(Cm) - 0.5, color="w", ls="--", lw=1)
     a0.set_yticks(range(len(steps)), [f"iter {s}" if s != cfg.sgd.steps else f"final ({s})" for s in steps])
@@ -139,7 +139,7 @@ def run_fig6(cfg: Fig6Config, ctx) -> Result:
     prior = {}
     with ctx.progress(len(cfg.num_last) * cfg.sgd.steps, "scansnap-fig6 sweep") as bar:
         for nl in cfg.num_last:
-            dist = SeqClassDistribution(SeqClassConfig(**{**cfg.data.__dict__, "num_last": nl}))
+            dist = SeqClassDistribution(replace(cfg.data, num_last=nl))
             res = train_sweep(dist, eta_z, eta_y, seeds, cfg.sgd, ctx.device, on_step=lambda _: bar.update())
             table[nl] = distinct_entropy(dist, res.Z.double()).mean(-1).view(len(cfg.eta_z), len(cfg.ratio), -1)
             prior[nl] = float(distinct_entropy(dist, torch.zeros(dist.M, dist.M, dtype=torch.float64)).mean())
@@ -246,7 +246,7 @@ class TheoremsConfig:
 def run_theorems(cfg: TheoremsConfig, ctx) -> Result:
     t = np.concatenate([[0.0], np.logspace(-3, np.log10(cfg.t_max), cfg.n_times)])
     dist = SeqClassDistribution(cfg.data)
-    dist1 = SeqClassDistribution(SeqClassConfig(**{**cfg.data.__dict__, "num_common": cfg.single_common}))
+    dist1 = SeqClassDistribution(replace(cfg.data, num_common=cfg.single_common))
     claims, metrics, traces = [], {}, {}
     total = 2 * len(cfg.ratios) + len(cfg.sgd_T) * cfg.seeds
     with ctx.progress(total, "scansnap-theorems") as bar:
@@ -336,7 +336,7 @@ def _sgd_vs_ode(cfg: TheoremsConfig, bar, device) -> dict:
     t = marks * cfg.sgd_dt
     curves, final = {}, {}
     for T in cfg.sgd_T:
-        d = SeqClassDistribution(SeqClassConfig(**{**cfg.data.__dict__, "T": T}))
+        d = SeqClassDistribution(replace(cfg.data, T=T))
         errs = []
         for seed in range(1, cfg.seeds + 1):
             res = train_sweep(d, torch.tensor([ez * cfg.sgd_dt]), torch.tensor([ey * cfg.sgd_dt]), [seed],
@@ -381,7 +381,8 @@ def _theorems_figures(cfg, dist, t, traces, sgd, ctx) -> None:
         a0.plot(t[live], r[live].numpy(), label=f"r(l0/l{lp + 1})")
         a0.plot(t[live], (r[0] * chi)[live].numpy(), "k:", lw=1)
     a0.set_xscale("log")
-    a0.set_title("relative gain (dotted: closed form r(0)χ)")
+    a0.set_yscale("log")
+    a0.set_title("relative gain r(t) (dotted: closed form r(0)χ)")
     a0.legend(fontsize=8)
     a1.plot(t[live], gain.chi_l0[live], label=r"$\chi_{l_0}$")
     a1.plot(t[live], np.exp(2 * gain.f2_l0_init * gain.B)[live], "g--", label=r"$e^{2f^2(0)B_n}$")
