@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ def experiment_report(exp: "Experiment", result: "Result", config: dict, seconds
 
 
 def _json(obj: Any) -> str:
-    import json
-
     return json.dumps(obj, indent=2)
 
 
