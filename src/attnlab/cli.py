@@ -84,7 +84,7 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
-def cmd_reproduce(args) -> int:
+def cmd_reproduce(args, argv: list[str]) -> int:
     from attnlab.experiments import registry, runner
 
     if args.list:
@@ -98,7 +98,7 @@ def cmd_reproduce(args) -> int:
         raise UsageError(f"--out DIR is required: e.g. `attnlab reproduce {exp.name} --out runs/{exp.name}`")
     device = runner.check_device(args.device)
     cfg = runner.resolve_config(exp, _parse_overrides(args.overrides), args.seeds, args.quick)
-    command = "attnlab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "attnlab " + " ".join(shlex.quote(str(a)) for a in argv)
     with runner.staged_output(args.out) as stage:
         result = runner.execute(exp, cfg, stage, device, True, command)
     out = args.out.expanduser().absolute()
@@ -136,10 +136,11 @@ def cmd_demo(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
         if args.command == "reproduce":
-            return cmd_reproduce(args)
+            return cmd_reproduce(args, argv)
         if args.command == "demo":
             return cmd_demo(args)
         parser.print_help()

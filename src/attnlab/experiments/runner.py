@@ -80,6 +80,7 @@ def staged_output(out: Path) -> Iterator[Path]:
         raise UsageError(f"--out {out} is a file: give a folder path")
     if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in RUN_MARKERS):
         raise UsageError(f"--out {out} already holds other files: choose an empty or new folder")
+    created = [p for p in out.parents if not p.exists()]  # removed again if the run fails
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         stage = out.parent / f".{out.name}.partial-{os.getpid()}-{time.monotonic_ns()}"
@@ -90,6 +91,9 @@ def staged_output(out: Path) -> Iterator[Path]:
         yield stage
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
+        for p in created:  # innermost first; only folders this run made, and only if still empty
+            with contextlib.suppress(OSError):
+                p.rmdir()
         raise
     old = out.parent / f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}"
     if out.exists():

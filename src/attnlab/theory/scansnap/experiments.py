@@ -22,8 +22,11 @@ from attnlab.theory.scansnap.train import SGDConfig, check_learning_rates, train
 
 
 def _positive(name: str, values) -> None:
-    if any(v <= 0 for v in np.atleast_1d(values)):
-        raise ConfigError(f"{name} must be positive (got {values}): a learning rate or ratio cannot be <= 0")
+    values_1d = np.atleast_1d(values)
+    if values_1d.size == 0:
+        raise ConfigError(f"{name} is empty: give at least one value, e.g. --set {name}=1")
+    if any(not np.isfinite(v) or v <= 0 for v in values_1d):  # NaN <= 0 is False: test finiteness too
+        raise ConfigError(f"{name} must be positive and finite (got {values}): a learning rate or ratio cannot be <= 0")
 
 
 # --------------------------------------------------------------------------- fig 4
@@ -105,7 +108,7 @@ class Fig6Config:
     eta_z: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0)
     ratio: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0)  # η_Y / η_Z
     seeds: int = 10  # seeds 1..seeds
-    data: SeqClassConfig = SeqClassConfig()  # num_last is swept
+    data: SeqClassConfig = SeqClassConfig()  # data.num_last is ignored: the num_last tuple is swept
     sgd: SGDConfig = SGDConfig()
 
     def __post_init__(self):

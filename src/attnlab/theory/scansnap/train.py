@@ -47,6 +47,8 @@ class SGDConfig:
 def check_learning_rates(eta_z: torch.Tensor, eta_y: torch.Tensor) -> None:
     if eta_z.shape != eta_y.shape or eta_z.ndim != 1:
         raise ConfigError("eta_z and eta_y must be 1-d and of equal length (one pair per config)")
+    if not (torch.isfinite(eta_z).all() and torch.isfinite(eta_y).all()):
+        raise ConfigError("a learning rate is NaN or infinite: η_Z and η_Y must be finite numbers >= 0")
     if (eta_z < 0).any() or (eta_y < 0).any():
         raise ConfigError("a learning rate is negative: η_Z and η_Y (= η_Z · ratio) must be >= 0")
 
