@@ -32,7 +32,7 @@ from torch import nn
 
 from attnlab.theory.scansnap.data import SeqClassConfig, SeqClassDistribution
 from attnlab.theory.scansnap.population import distinct_entropy
-from attnlab.theory.scansnap.train import SGDConfig, train_sweep
+from attnlab.theory.scansnap.train import SGDConfig, lr_grid, train_sweep
 
 NUM_LAST = (1, 3, 5, 10)
 ETA_Z = (0.5, 1.0, 2.0, 3.0)
@@ -42,8 +42,7 @@ STEPS, BATCH, T = 100, 128, 128
 
 
 def fast_sweep() -> tuple[float, dict]:
-    eta_z = torch.tensor(ETA_Z).repeat_interleave(len(RATIO))
-    eta_y = eta_z * torch.tensor(RATIO).repeat(len(ETA_Z))
+    eta_z, eta_y = lr_grid(ETA_Z, RATIO)
     cells = {}
     t0 = time.perf_counter()
     for nl in NUM_LAST:

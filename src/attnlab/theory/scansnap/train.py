@@ -44,6 +44,13 @@ class SGDConfig:
             raise ConfigError(f"init={self.init!r}: use one of {', '.join(INITS)}")
 
 
+def lr_grid(eta_z: Sequence[float], ratio: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every (η_Z, η_Y/η_Z) pair as the (C,) tensors ``train_sweep`` takes, η_Z-major:
+    config c = i·len(ratio) + j has η_Z = eta_z[i] and η_Y = eta_z[i]·ratio[j]."""
+    ez = torch.tensor(eta_z, dtype=torch.float32).repeat_interleave(len(ratio))
+    return ez, ez * torch.tensor(ratio, dtype=torch.float32).repeat(len(eta_z))
+
+
 def check_learning_rates(eta_z: torch.Tensor, eta_y: torch.Tensor) -> None:
     if eta_z.shape != eta_y.shape or eta_z.ndim != 1:
         raise ConfigError("eta_z and eta_y must be 1-d and of equal length (one pair per config)")
