@@ -90,6 +90,8 @@ def main() -> None:
     ap.add_argument("--naive-runs", type=int, default=640, help="naive runs to time (even subset; default all 640)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args()
+    if not 1 <= args.naive_runs <= 640:
+        ap.error(f"--naive-runs {args.naive_runs}: use a number from 1 to 640")
 
     fast_s, fast_cells = fast_sweep()
     all_runs = [(nl, ez, r, s) for nl in NUM_LAST for ez in ETA_Z for r in RATIO for s in SEEDS]
