@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,7 +14,7 @@ from attnlab.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments import registry
 
-EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems")
+EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "joma-invariants", "joma-linear", "joma-nonlinear")
 CLAIM_KEYS = {"claim", "measured", "expected", "tolerance", "holds"}
 
 
@@ -128,6 +129,12 @@ BAD = [
     (["reproduce", "scansnap-fig6", "--out", "X", "--seeds", "0"], "--seeds"),
     (["reproduce", "scansnap-fig4", "--out", "X", "--device", "tpu"], "cpu or cuda"),
     (["reproduce", "scansnap-fig4"], "--out"),
+    (["reproduce", "joma-invariants", "--out", "X", "--set", "hidden=7"], "set K=20 or use head=linear"),
+    (["reproduce", "joma-invariants", "--out", "X", "--set", "d=12"], "d >= 21"),
+    (["reproduce", "joma-invariants", "--out", "X", "--set", "embedding=nowhere.npy"], "no such file"),
+    (["reproduce", "joma-invariants", "--out", "X", "--set", "corr_steps=500,9000"], "corr_steps"),
+    (["reproduce", "joma-linear", "--out", "X", "--set", "components=1"], "components=1"),
+    (["reproduce", "joma-nonlinear", "--out", "X", "--set", "v0=9"], "v0=9"),
     (["reproduce"], "name an experiment"),
     (["frobnicate"], None),
 ]
@@ -139,6 +146,16 @@ def test_bad_input_is_one_line_exit_2(argv, fragment, tmp_path, capsys, monkeypa
     code, out, err = run(argv, capsys)
     assert_usage_error(code, err, fragment)
     assert list(tmp_path.iterdir()) == []  # nothing written, not even a staging folder
+
+
+def test_non_orthonormal_embedding_is_refused(tmp_path, capsys):
+    U = np.eye(30, 21)
+    U[0, 1] = 0.5  # columns 0 and 1 now overlap
+    np.save(tmp_path / "U.npy", U)
+    code, _, err = run(["reproduce", "joma-invariants", "--out", tmp_path / "r", "--set",
+                        f"embedding={tmp_path / 'U.npy'}"], capsys)
+    assert_usage_error(code, err, "not orthonormal")
+    assert not (tmp_path / "r").exists()
 
 
 def test_unknown_experiment_hint_names_the_closest(capsys, tmp_path):

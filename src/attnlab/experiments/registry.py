@@ -16,7 +16,11 @@ from attnlab.errors import UsageError
 from attnlab.experiments.claims import Claim
 
 # Modules that register experiments; later issues append theirs here.
-EXPERIMENT_MODULES = ("attnlab.theory.scansnap.experiments",)
+EXPERIMENT_MODULES = (
+    "attnlab.theory.scansnap.experiments",
+    "attnlab.theory.joma.exp_invariants",
+    "attnlab.theory.joma.exp_ode",
+)
 
 
 @dataclass
