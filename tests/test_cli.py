@@ -14,7 +14,8 @@ from attnlab.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments import registry
 
-EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "joma-invariants", "joma-linear", "joma-nonlinear")
+EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "joma-invariants", "joma-linear", "joma-nonlinear",
+               "joma-cooccurrence", "joma-hierarchy")
 CLAIM_KEYS = {"claim", "measured", "expected", "tolerance", "holds"}
 
 
@@ -135,6 +136,9 @@ BAD = [
     (["reproduce", "joma-invariants", "--out", "X", "--set", "corr_steps=500,9000"], "corr_steps"),
     (["reproduce", "joma-linear", "--out", "X", "--set", "components=1"], "components=1"),
     (["reproduce", "joma-nonlinear", "--out", "X", "--set", "v0=9"], "v0=9"),
+    (["reproduce", "joma-cooccurrence", "--out", "X", "--set", "tree.height=40"], "max_vocab"),
+    (["reproduce", "joma-cooccurrence", "--out", "X", "--set", "tree.vocab_size=10"], "vocab"),
+    (["reproduce", "joma-hierarchy", "--out", "X", "--set", "data.seq_len=3"], "seq_len"),
     (["reproduce"], "name an experiment"),
     (["frobnicate"], None),
 ]

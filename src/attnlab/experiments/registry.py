@@ -20,6 +20,7 @@ EXPERIMENT_MODULES = (
     "attnlab.theory.scansnap.experiments",
     "attnlab.theory.joma.exp_invariants",
     "attnlab.theory.joma.exp_ode",
+    "attnlab.theory.joma.exp_hierarchy",
 )
 
 

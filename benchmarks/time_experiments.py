@@ -1,0 +1,56 @@
+"""Wall time of registered experiments in full and quick mode, one after another in one process.
+
+    python benchmarks/time_experiments.py joma-invariants joma-linear joma-nonlinear joma-hierarchy
+
+Each run goes through `attnlab reproduce` into a temporary folder; the time is the run's own
+(``seconds`` in its metrics.json: the experiment, not the process start or imports).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from attnlab import cli
+from attnlab.experiments.registry import load_all
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("names", nargs="+", help="experiment names (see `attnlab reproduce --list`)")
+    p.add_argument("--modes", default="full,quick", help="comma-separated: full, quick (default both)")
+    p.add_argument("--json", type=Path, help="also write the table as JSON here")
+    args = p.parse_args(argv)
+    known = load_all()
+    unknown = [n for n in args.names if n not in known]
+    modes = args.modes.split(",")
+    if unknown or not set(modes) <= {"full", "quick"}:
+        p.error(f"unknown experiment(s) {unknown} or modes {modes}: see `attnlab reproduce --list`")
+    print(f"# {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}", file=sys.stderr)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.names:
+            for mode in modes:
+                out = Path(tmp) / f"{name}-{mode}"
+                code = cli.main(["reproduce", name, "--out", str(out)] + (["--quick"] if mode == "quick" else []))
+                if code != 0:
+                    return code
+                m = json.loads((out / "metrics.json").read_text())
+                held = sum(c["holds"] for c in m["claims"])
+                rows.append({"experiment": name, "mode": mode, "seconds": m["seconds"],
+                             "claims_hold": held, "claims": len(m["claims"])})
+    print("\n| experiment | mode | wall time | claims holding |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['experiment']} | {r['mode']} | {r['seconds']:.1f} s | {r['claims_hold']}/{r['claims']} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
