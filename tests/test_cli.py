@@ -165,7 +165,7 @@ def test_non_orthonormal_embedding_is_refused(tmp_path, capsys):
 def test_unknown_experiment_hint_names_the_closest(capsys, tmp_path):
     code, _, err = run(["reproduce", "scansnap-fig5", "--out", tmp_path / "r"], capsys)
     assert_usage_error(code, err)
-    assert "scansnap-fig4" in err or "scansnap-fig6" in err
+    assert any(f"scansnap-fig{n}" in err for n in (4, 6, 7))
     assert "--list" in err
 
 

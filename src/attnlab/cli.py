@@ -108,12 +108,15 @@ def cmd_reproduce(args, argv: list[str]) -> int:
 
 
 def cmd_demo(args) -> int:
+    import shutil
+
+    from attnlab.text.sources import CorpusNotFound
     from attnlab.experiments import registry, runner
     from attnlab.experiments.report import demo_index_html, demo_report_md
 
     device = runner.check_device(args.device)
     t0 = time.perf_counter()
-    sections = []
+    sections, skipped = [], []
     with runner.staged_output(args.out) as stage:
         for name in DEMO_EXPERIMENTS or tuple(registry.load_all()):
             exp = registry.get(name)
@@ -121,11 +124,18 @@ def cmd_demo(args) -> int:
             (stage / name).mkdir()
             command = f"attnlab reproduce {name} --out {name}" + ("" if args.full else " --quick")
             print(f"[demo] {name} ...", file=sys.stderr, flush=True)
-            result = runner.execute(exp, cfg, stage / name, device, True, command)
+            try:
+                result = runner.execute(exp, cfg, stage / name, device, True, command)
+            except CorpusNotFound as e:  # real-text experiments need a corpus this machine may lack
+                shutil.rmtree(stage / name)
+                skipped.append(f"{name}: skipped ({e})")
+                print(f"[demo] {skipped[-1]}", file=sys.stderr, flush=True)
+                continue
             sections.append((name, exp, result))
         seconds = time.perf_counter() - t0
         (stage / "index.html").write_text(demo_index_html(sections, seconds))
-        (stage / "report.md").write_text(demo_report_md(sections, seconds))
+        (stage / "report.md").write_text(demo_report_md(sections, seconds)
+                                         + "".join(f"\n- {line}" for line in skipped) + ("\n" if skipped else ""))
     out = args.out.expanduser().absolute()
     total = sum(len(r.claims) for _, _, r in sections)
     held = sum(c.holds for _, _, r in sections for c in r.claims)

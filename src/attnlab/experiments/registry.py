@@ -21,6 +21,7 @@ EXPERIMENT_MODULES = (
     "attnlab.theory.joma.exp_invariants",
     "attnlab.theory.joma.exp_ode",
     "attnlab.theory.joma.exp_hierarchy",
+    "attnlab.lm.exp_fig7",
 )
 
 

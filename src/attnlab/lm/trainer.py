@@ -5,7 +5,9 @@ per layer])``. Every ``track_every`` steps one line goes to ``metrics.jsonl``: t
 (mean since the last line), per-layer and per-head attention entropy (the theory half's
 :func:`attnlab.theory.entropy.attention_entropy`, averaged over batch and query rows), the
 share of attention on the first token, and, every ``eval_every`` steps, validation loss.
-Attention maps of the first sequence of the batch are kept at ``snapshot_steps``.
+Attention is always measured on one fixed probe minibatch (the first training batch) with
+dropout off, so its curve compares like with like; the probe's first sequence's maps are
+kept at ``snapshot_steps``.
 
 Resume: ``checkpoint.pt`` holds the model, the optimiser, the step and every RNG state (dropout
 draws from torch's global generator; random windows from their own), so a run killed after a
@@ -200,7 +202,10 @@ class Trainer:
         else:
             torch.manual_seed(cfg.seed)  # dropout draws
             (self.run_dir / "metrics.jsonl").write_text("")
-            self._log(self._record(self._batch_stats(0), None))
+            stats, maps = self._probe()
+            if 0 in self.cfg.snapshot_steps:
+                self.snapshots[0] = [a[0].cpu() for a in maps]
+            self._log(self._record(stats, None))
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.steps, initial=self.step, desc="train", disable=None if show_progress else True,
@@ -211,7 +216,7 @@ class Trainer:
         while self.step < cfg.steps:
             x, y = self._batch(self.step)
             x, y = x.to(self.device), y.to(self.device)
-            logits, maps = self.model(x)
+            logits, _ = self.model(x)
             loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -221,10 +226,13 @@ class Trainer:
             self.step += 1
             self.loss_acc = [self.loss_acc[0] + loss.item(), self.loss_acc[1] + 1]
             tokens += y.numel()
-            if self.step in snap:
-                self.snapshots[self.step] = [a[0].detach().cpu() for a in maps]  # (H, T, T) per layer
-            if self.step % cfg.track_every == 0 or self.step == cfg.steps:
-                line = self._record(attention_stats([a.detach() for a in maps]), self.loss_acc[0] / self.loss_acc[1])
+            tracked = self.step % cfg.track_every == 0 or self.step == cfg.steps
+            if tracked or self.step in snap:
+                stats, probe_maps = self._probe()
+                if self.step in snap:
+                    self.snapshots[self.step] = [a[0].cpu() for a in probe_maps]  # (H, T, T) per layer
+            if tracked:
+                line = self._record(stats, self.loss_acc[0] / self.loss_acc[1])
                 self._log(line)
                 self.loss_acc = [0.0, 0]
                 bar.set_postfix(loss=f"{line['train_loss']:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
@@ -236,17 +244,18 @@ class Trainer:
         bar.close()
         return [json.loads(line) for line in (self.run_dir / "metrics.jsonl").read_text().splitlines()]
 
-    def _batch_stats(self, step: int) -> dict:
-        """Attention statistics at initialisation (step 0), on the first minibatch."""
-        x, _ = self._batch(step) if self.cfg.batching == "bptt" else random_windows(
-            self.train_src, self.cfg.batch_size, self.cfg.bptt, torch.Generator().manual_seed(self.cfg.seed))
-        with torch.no_grad():
-            self.model.eval()
-            _, maps = self.model(x.to(self.device))
-            self.model.train()
-        if 0 in self.cfg.snapshot_steps:
-            self.snapshots[0] = [a[0].cpu() for a in maps]
-        return attention_stats(maps)
+    @torch.no_grad()
+    def _probe(self) -> tuple[dict, list[torch.Tensor]]:
+        """Attention statistics on one fixed minibatch (the first training batch), dropout off, so
+        every step is measured on the same tokens the same way. -> (stats, maps)."""
+        if not hasattr(self, "_probe_x"):
+            self._probe_x = (self.train_src[: self.cfg.bptt].t() if self.cfg.batching == "bptt"
+                             else self.train_src[: self.cfg.bptt].view(1, -1)).to(self.device)
+        was_training = self.model.training
+        self.model.eval()
+        _, maps = self.model(self._probe_x)
+        self.model.train(was_training)
+        return attention_stats(maps), maps
 
     def _record(self, stats: dict, train_loss: float | None) -> dict:
         line = {"step": self.step, "train_loss": train_loss, **stats}
