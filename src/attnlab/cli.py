@@ -3,6 +3,7 @@
     attnlab demo                          every experiment, quick settings, one report folder
     attnlab reproduce --list              the registered experiments, one line each
     attnlab reproduce NAME --out DIR      one experiment: config.json, metrics.json, figures, report.md
+    attnlab train --train TEXT --out DIR  the tracking trainer on your own corpus
 """
 from __future__ import annotations
 
@@ -71,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. --set sgd.steps=50 --set eta_z=1,2 (repeatable)")
     rep.add_argument("--quick", action="store_true", help="use the experiment's quick settings (as the demo does)")
+
+    from attnlab.lm import train_cli
+
+    train_cli.add_parser(sub)
     return p
 
 
@@ -153,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_reproduce(args, argv)
         if args.command == "demo":
             return cmd_demo(args)
+        if args.command == "train":
+            from attnlab.lm.train_cli import cmd_train
+
+            return cmd_train(args)
         parser.print_help()
         return 0
     except UsageError as e:

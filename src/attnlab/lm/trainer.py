@@ -164,7 +164,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _config_json(self) -> dict:
-        return {"train": asdict(self.cfg), "model": repr(getattr(self.model, "cfg", type(self.model).__name__))}
+        """What a checkpoint must match to be resumed; ``steps`` may grow, to extend a run."""
+        train = {k: v for k, v in asdict(self.cfg).items() if k != "steps"}
+        return {"train": train, "model": repr(getattr(self.model, "cfg", type(self.model).__name__))}
 
     def save_checkpoint(self) -> None:
         state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,

@@ -24,8 +24,8 @@ def data_roots() -> list[Path]:
     return roots + [Path("data"), Path("..") / "shared" / "data"]
 
 
-def locate(spec: str, key: str) -> Path:
-    """The path of corpus ``spec``; ``key`` is the config key to name in the error."""
+def locate(spec: str, key: str, fix: str | None = None) -> Path:
+    """The path of corpus ``spec``; the error names ``key`` and how to fix it (default ``--set key=PATH``)."""
     path = Path(spec).expanduser()
     if path.exists():
         return path
@@ -34,4 +34,4 @@ def locate(spec: str, key: str) -> Path:
             if (root / spec).exists():
                 return root / spec
     raise CorpusNotFound(f"{key}={spec}: no such file, and not found under ${DATA_ENV}, ./data or ../shared/data; "
-                         f"give a text file or folder with --set {key}=PATH")
+                         f"give a text file or folder with {fix or f'--set {key}=PATH'}")

@@ -1,0 +1,67 @@
+"""`attnlab train`: a run folder, resume and extension, and bad input as one line with exit 2."""
+import json
+
+import pytest
+
+from attnlab import cli
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    text = "the cat sat on the mat . a dog ran to the park , and the cat saw the dog .\n" * 80
+    (tmp_path / "c.txt").write_text(text)
+    return str(tmp_path / "c.txt")
+
+
+def _train(corpus, out, *extra):
+    return cli.main(["train", "--train", corpus, "--valid", corpus, "--out", str(out), "--d-model", "16",
+                     "--d-ffn", "16", "--batch-size", "4", "--bptt", "8", "--track-every", "2",
+                     "--eval-every", "4", "--checkpoint-every", "2", *extra])
+
+
+def _lines(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_train_writes_a_run_and_extends_it(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "4") == 0
+    assert "attnlab train: 4 steps" in capsys.readouterr().out
+    assert {p.name for p in out.iterdir()} == {"config.json", "vocab.txt", "metrics.jsonl", "checkpoint.pt"}
+    assert _train(corpus, out, "--steps", "8", "--resume") == 0
+    extended = _lines(out)
+    assert _train(corpus, tmp_path / "straight", "--steps", "8") == 0
+    assert extended == _lines(tmp_path / "straight")  # 4 + 4 steps = 8 straight steps
+
+
+def _assert_one_line(capsys, fragment):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("attnlab: error:") and fragment in err[0], err
+
+
+def test_bad_input_leaves_the_run_untouched(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "2") == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for extra, fragment in [
+        (["--steps", "4", "--resume", "--lr", "1"], "different config"),
+        (["--steps", "4"], "already holds a run"),
+        (["--steps", "4", "--resume", "--bptt", "500"], "bptt=500 is longer"),
+        (["--steps", "4", "--resume", "--max-vocab", "0"], "vocabulary limit 0"),
+        (["--steps", "4", "--resume", "--optimizer", "lion"], "optimizer"),
+    ]:
+        assert _train(corpus, out, *extra) == 2
+        _assert_one_line(capsys, fragment)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_missing_or_empty_corpus(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--train", "nope.txt", "--out", "r"]) == 2
+    _assert_one_line(capsys, "--train=nope.txt: no such file")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    assert cli.main(["train", "--train", "empty.txt", "--out", "r"]) == 2
+    _assert_one_line(capsys, "empty")
+    assert not (tmp_path / "r").exists()
+    assert cli.main(["train", "--train", "empty.txt", "--out", "r", "--resume"]) == 2
