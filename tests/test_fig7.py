@@ -59,3 +59,29 @@ def test_demo_skips_a_real_text_experiment_without_its_corpus(tmp_path, capsys, 
     report = (tmp_path / "demo" / "report.md").read_text()
     assert "scansnap-fig7: skipped" in report and "--set train=PATH" in report
     assert not (tmp_path / "demo" / "scansnap-fig7").exists()
+
+
+def test_joma_wikitext_runs_on_a_tiny_corpus(tmp_path):
+    argv = ["reproduce", "joma-wikitext", "--out", str(tmp_path / "run")]
+    for s in _corpus(tmp_path) + ["layers=1,2", "steps=8", "track_every=2", "eval_every=4", "eval_batches=2"]:
+        argv += ["--set", s]
+    assert cli.main(argv) == 0
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    # drop + recovery per depth, then the two across-depth comparisons
+    assert len(m["claims"]) == 2 * 2 + 2
+    assert [len(m["runs"][d]["layers"]) for d in ("1", "2")] == [1, 2]
+    run = m["runs"]["2"]
+    for c in run["layers"]:
+        assert c["min"] <= min(c["start"], c["final"]) and 0 <= c["min_step"] <= 8
+    lines = [json.loads(x) for x in (tmp_path / "run" / "layers2" / "metrics.jsonl").read_text().splitlines()]
+    assert run["best_valid_loss"] == min(x["valid_loss"] for x in lines if "valid_loss" in x)
+    assert (tmp_path / "run" / "joma_wikitext.png").is_file()
+
+
+def test_curve_shape_measures_drop_and_recovery():
+    import numpy as np
+
+    from attnlab.lm.exp_joma_text import curve_shape
+
+    shape = curve_shape(np.array([0, 10, 20, 30]), np.array([2.0, 1.0, 1.2, 1.5]))
+    assert shape == {"start": 2.0, "min": 1.0, "min_step": 10, "final": 1.5, "recovered": 0.5}

@@ -7,17 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from attnlab.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.lm.trainer import TrainConfig, Trainer
-from attnlab.lm.tutorial import TutorialConfig, TutorialTransformer
+from attnlab.lm.plots import layer_entropy, plot_attention_row
+from attnlab.lm.runs import load_wordlevel, train_depths
+from attnlab.lm.trainer import TrainConfig
 from attnlab.plotting import plt
-from attnlab.text.corpus import read_lines
-from attnlab.text.sources import locate
-from attnlab.text.vocab import Vocab, basic_english
 
 
 @dataclass(frozen=True)
@@ -45,14 +41,6 @@ class Fig7Config:
             raise ConfigError(f"snapshot_steps={self.snapshot_steps} must lie within 0..steps={self.steps}")
 
 
-def load_wordlevel(train: str, valid: str, max_vocab: int):
-    """(vocab, train ids, valid ids) with the basic_english scheme, vocabulary from ``train``."""
-    train_lines = read_lines(locate(train, "train"))
-    valid_lines = read_lines(locate(valid, "valid"))
-    vocab = Vocab.build((basic_english(line) for line in train_lines), max_size=max_vocab or None)
-    return vocab, vocab.numericalize(train_lines), vocab.numericalize(valid_lines)
-
-
 @register(
     "scansnap-fig7",
     "Fig. 7 (WikiText-2): the tutorial transformer's layer-0 attention map becomes sparse over training (1 and 3 layers).",
@@ -61,21 +49,10 @@ def load_wordlevel(train: str, valid: str, max_vocab: int):
 )
 def run_fig7(cfg: Fig7Config, ctx) -> Result:
     vocab, train_ids, valid_ids = load_wordlevel(cfg.train, cfg.valid, cfg.max_vocab)
-    runs = {}
-    for n_layers in cfg.layers:
-        import torch
-
-        torch.manual_seed(cfg.seed)
-        model = TutorialTransformer(TutorialConfig(len(vocab), n_layers=n_layers, dropout=cfg.dropout))
-        tcfg = TrainConfig(optimizer="sgd", lr=cfg.lr, group_lrs=cfg.group_lrs, steps=cfg.steps,
-                           track_every=cfg.track_every, eval_every=cfg.steps, eval_batches=cfg.eval_batches,
-                           snapshot_steps=cfg.snapshot_steps, checkpoint_every=cfg.steps, seed=cfg.seed)
-        run_dir = ctx.out / f"layers{n_layers}"
-        trainer = Trainer(model, train_ids, valid_ids, tcfg, run_dir, ctx.device)
-        lines = trainer.fit(show_progress=ctx.show_progress)
-        (run_dir / "checkpoint.pt").unlink()  # ~20 MB a run; metrics.jsonl is what the figure needs
-        runs[n_layers] = (lines, trainer.snapshots)
-
+    tcfg = TrainConfig(optimizer="sgd", lr=cfg.lr, group_lrs=cfg.group_lrs, steps=cfg.steps,
+                       track_every=cfg.track_every, eval_every=cfg.steps, eval_batches=cfg.eval_batches,
+                       snapshot_steps=cfg.snapshot_steps, checkpoint_every=cfg.steps, seed=cfg.seed)
+    runs = train_depths(cfg.layers, len(vocab), cfg.dropout, tcfg, train_ids, valid_ids, ctx, cfg.seed)
     claims, table = [], {}
     for n_layers, (lines, _) in runs.items():
         h0, h1 = lines[0]["entropy"][0][0], lines[-1]["entropy"][0][0]
@@ -102,15 +79,9 @@ def _figure(cfg: Fig7Config, ctx, runs) -> None:
     fig, axes = plt.subplots(rows, len(steps) + 1, figsize=(3 * (len(steps) + 1), 3 * rows), squeeze=False,
                              layout="constrained")
     for r, (n_layers, (lines, snaps)) in enumerate(runs.items()):
-        for c, s in enumerate(steps):
-            ax = axes[r, c]
-            ax.imshow(snaps[s][0][0].numpy(), cmap="viridis", vmin=0, vmax=1)
-            ax.set_title(f"{n_layers}L, iter {s}", fontsize=9)
-            ax.set_xticks([])
-            ax.set_yticks([])
+        plot_attention_row(axes[r, :-1], snaps, steps, label=f"{n_layers}L, ")
         ax = axes[r, -1]
-        x = np.array([line["step"] for line in lines])
-        ax.plot(x, [line["entropy"][0][0] for line in lines], label="layer 0")
+        ax.plot([line["step"] for line in lines], layer_entropy(lines)[:, 0], label="layer 0")
         ax.set_xlabel("iteration")
         ax.set_ylabel("attention entropy (nats)")
         ax.set_title(f"{n_layers}-layer model", fontsize=9)

@@ -1,7 +1,8 @@
 """Train a language model while tracking its attention; checkpoint and resume exactly.
 
-The model is any module with ``forward(x (B, T)) -> (logits (B, T, V), [attention (B, H, T, T)
-per layer])``. Every ``track_every`` steps one line goes to ``metrics.jsonl``: training loss
+The model is any module with ``forward(x (B, T), attentions: bool) -> (logits (B, T, V),
+[attention (B, H, T, T) per layer])``; it may return no maps when ``attentions`` is False (a
+Hugging Face model then keeps its fast fused attention for the training steps). Every ``track_every`` steps one line goes to ``metrics.jsonl``: training loss
 (mean since the last line), per-layer and per-head attention entropy (the theory half's
 :func:`attnlab.theory.entropy.attention_entropy`, averaged over batch and query rows), the
 share of attention on the first token, and, every ``eval_every`` steps, validation loss.
@@ -156,7 +157,7 @@ class Trainer:
         for k, (x, y) in enumerate(batches):
             if self.cfg.eval_batches and k >= self.cfg.eval_batches:
                 break
-            logits, _ = self.model(x.to(self.device))
+            logits, _ = self.model(x.to(self.device), attentions=False)
             total += nn.functional.cross_entropy(logits.flatten(0, 1), y.to(self.device).flatten(), reduction="sum").item()
             count += y.numel()
         self.model.train()
@@ -196,7 +197,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self, resume: bool = False, show_progress: bool = True,
-            on_step: Callable[[int], None] | None = None) -> list[dict]:
+            on_step: Callable[[int], None] | None = None, desc: str = "train") -> list[dict]:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume:
@@ -210,7 +211,7 @@ class Trainer:
             self._log(self._record(stats, None))
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.steps, initial=self.step, desc="train", disable=None if show_progress else True,
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=desc, disable=None if show_progress else True,
                    leave=False, unit="step")
         self.model.train()
         tokens, t0 = 0, time.perf_counter()
@@ -218,7 +219,7 @@ class Trainer:
         while self.step < cfg.steps:
             x, y = self._batch(self.step)
             x, y = x.to(self.device), y.to(self.device)
-            logits, _ = self.model(x)
+            logits, _ = self.model(x, attentions=False)
             loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -255,7 +256,7 @@ class Trainer:
                              else self.train_src[: self.cfg.bptt].view(1, -1)).to(self.device)
         was_training = self.model.training
         self.model.eval()
-        _, maps = self.model(self._probe_x)
+        _, maps = self.model(self._probe_x, attentions=True)
         self.model.train(was_training)
         return attention_stats(maps), maps
 

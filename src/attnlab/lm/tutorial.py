@@ -86,8 +86,9 @@ class TutorialTransformer(nn.Module):
         nn.init.uniform_(self.decoder.weight, -0.1, 0.1)
         nn.init.zeros_(self.decoder.bias)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """x: (B, T) token ids -> logits (B, T, V) and per-layer attention [(B, H, T, T)]."""
+    def forward(self, x: torch.Tensor, attentions: bool = True) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """x: (B, T) token ids -> logits (B, T, V) and per-layer attention [(B, H, T, T)] (the maps
+        cost nothing extra here, so they are returned whatever ``attentions`` says)."""
         t = x.shape[1]
         if t > self.cfg.max_len:
             raise ConfigError(f"sequence of {t} tokens exceeds max_len={self.cfg.max_len}")
