@@ -27,11 +27,16 @@ def test_train_writes_a_run_and_extends_it(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     assert _train(corpus, out, "--steps", "4") == 0
     assert "attnlab train: 4 steps" in capsys.readouterr().out
-    assert {p.name for p in out.iterdir()} == {"config.json", "vocab.txt", "metrics.jsonl", "checkpoint.pt"}
+    assert {p.name for p in out.iterdir()} == {"config.json", "tokenizer", "metrics.jsonl", "checkpoint.pt",
+                                               "training.png"}
     assert _train(corpus, out, "--steps", "8", "--resume") == 0
     extended = _lines(out)
     assert _train(corpus, tmp_path / "straight", "--steps", "8") == 0
     assert extended == _lines(tmp_path / "straight")  # 4 + 4 steps = 8 straight steps
+
+
+def _files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _assert_one_line(capsys, fragment):
@@ -43,7 +48,7 @@ def test_bad_input_leaves_the_run_untouched(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     assert _train(corpus, out, "--steps", "2") == 0
     capsys.readouterr()
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = _files(out)
     for extra, fragment in [
         (["--steps", "4", "--resume", "--lr", "1"], "different config"),
         (["--steps", "4"], "already holds a run"),
@@ -53,7 +58,7 @@ def test_bad_input_leaves_the_run_untouched(corpus, tmp_path, capsys):
     ]:
         assert _train(corpus, out, *extra) == 2
         _assert_one_line(capsys, fragment)
-        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        assert _files(out) == before
 
 
 def test_missing_or_empty_corpus(tmp_path, capsys, monkeypatch):

@@ -6,15 +6,14 @@ import torch
 
 from attnlab.lm.trainer import TrainConfig, Trainer
 from attnlab.lm.tutorial import TutorialConfig, TutorialTransformer
-from attnlab.text.corpus import read_lines
-from attnlab.text.sources import locate
+from attnlab.text.sources import read_corpus
 from attnlab.text.vocab import Vocab, basic_english
 
 
 def load_wordlevel(train: str, valid: str, max_vocab: int):
     """(vocab, train ids, valid ids) with the basic_english scheme, vocabulary from ``train``."""
-    train_lines = read_lines(locate(train, "train"))
-    valid_lines = read_lines(locate(valid, "valid"))
+    train_lines = read_corpus(train, "train")
+    valid_lines = read_corpus(valid, "valid")
     vocab = Vocab.build((basic_english(line) for line in train_lines), max_size=max_vocab or None)
     return vocab, vocab.numericalize(train_lines), vocab.numericalize(valid_lines)
 

@@ -3,7 +3,8 @@
 A corpus is named by a path (used as given) or by a relative name such as
 ``wikitext-2/valid.txt``, looked up, in order, under ``$ATTNLAB_DATA``, ``./data`` and
 ``../shared/data``. None of these folders has to exist; when nothing is found the error names
-the setting that fixes it.
+the setting that fixes it. ``hf:NAME[/CONFIG][:SPLIT]`` names a Hugging Face dataset (read
+through :mod:`attnlab.hf.hub_data`, when the network allows).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 
 from attnlab.errors import UsageError
+from attnlab.text.corpus import read_lines
 
 DATA_ENV = "ATTNLAB_DATA"
 
@@ -35,3 +37,12 @@ def locate(spec: str, key: str, fix: str | None = None) -> Path:
                 return root / spec
     raise CorpusNotFound(f"{key}={spec}: no such file, and not found under ${DATA_ENV}, ./data or ../shared/data; "
                          f"give a text file or folder with {fix or f'--set {key}=PATH'}")
+
+
+def read_corpus(spec: str, key: str, fix: str | None = None) -> list[str]:
+    """The lines of corpus ``spec``: a path, a name under the data folders, or ``hf:...``."""
+    if spec.startswith("hf:"):
+        from attnlab.hf.hub_data import hub_lines
+
+        return hub_lines(spec)
+    return read_lines(locate(spec, key, fix))

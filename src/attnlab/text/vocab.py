@@ -19,7 +19,7 @@ from attnlab.errors import UsageError
 UNK = "<unk>"
 
 # (pattern, replacement), applied in this order to the lower-cased line
-_RULES = [(re.compile(p), r) for p, r in (
+BASIC_ENGLISH_RULES = [(re.compile(p), r) for p, r in (
     (r"'", " '  "), (r'"', ""), (r"\.", " . "), (r"<br \/>", " "), (r",", " , "), (r"\(", " ( "),
     (r"\)", " ) "), (r"!", " ! "), (r"\?", " ? "), (r";", " "), (r":", " "), (r"\s+", " "),
 )]
@@ -27,7 +27,7 @@ _RULES = [(re.compile(p), r) for p, r in (
 
 def basic_english(line: str) -> list[str]:
     line = line.lower()
-    for pattern, replacement in _RULES:
+    for pattern, replacement in BASIC_ENGLISH_RULES:
         line = pattern.sub(replacement, line)
     return line.split()
 
