@@ -153,6 +153,13 @@ def test_attnlab_train_llama_checkpoint_loads_with_transformers_and_generates(co
     gen = hf.generate(x, max_new_tokens=6, do_sample=False)
     assert gen.shape == (1, x.shape[1] + 6)
     assert tok.decode(gen[0]).startswith("Before we proceed")
+    capsys.readouterr()
+    assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "Before we proceed",
+                     "--max-new-tokens", "6"]) == 0
+    assert capsys.readouterr().out == tok.decode(gen[0]) + "\n"  # the command is greedy generate
+    assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "All:", "--temperature", "0.9",
+                     "--top-k", "5", "--max-new-tokens", "4", "--seed", "3"]) == 0
+    assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "x", "--max-new-tokens", "0"]) == 2
     # fine-tuning the saved folder: its own tokenizer by default, weights loaded as saved
     assert cli.main(["train", "--model", str(out / "model"), "--train", corpus, "--out", str(tmp_path / "ft"),
                      "--optimizer", "adam", "--lr", "1e-3", "--batching", "random", "--batch-size", "2",
@@ -190,6 +197,13 @@ def test_bad_model_and_tokenizer_input(corpus, tmp_path, capsys, monkeypatch):
     assert cli.main(base + ["--out", str(tmp_path / "r"), "--model", str(tmp_path / "ok" / "model"),
                             "--layers", "3"]) == 2
     _one_line(capsys, "--layers shape a new model")
+    import shutil
+
+    shutil.copytree(tmp_path / "ok" / "model", tmp_path / "broken")
+    (tmp_path / "broken" / "model.safetensors").write_bytes(b"not a tensor file")
+    assert cli.main(base + ["--out", str(tmp_path / "r"), "--model", str(tmp_path / "broken")]) == 2
+    _one_line(capsys, "cannot load its weights")
+    assert not (tmp_path / "r").exists()
 
 
 def test_load_causal_lm_round_trip(tmp_path):

@@ -6,7 +6,7 @@ lives here, and only here; ``transformers`` is pinned to one minor version in py
 - :mod:`.causal_lm` — a Llama-style decoder built from a ``LlamaConfig`` (or any local causal
   LM folder) seen through the trainer's protocol, saved as a standard checkpoint folder.
 - :mod:`.hub_data` — corpora by Hugging Face ``datasets`` name, when the network allows.
-"""
-from transformers.utils import logging as _logging
+- :mod:`.generate_cli` — ``attnlab generate``: text from a checkpoint folder.
 
-_logging.disable_progress_bar()  # "Loading weights" bars on every from_pretrained drown our own
+Importing this package imports nothing from Hugging Face; each module does, when it is used.
+"""

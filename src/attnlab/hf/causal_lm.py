@@ -18,8 +18,12 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+from transformers.utils import logging as hf_logging
 
 from attnlab.errors import ConfigError, UsageError
+
+hf_logging.disable_progress_bar()  # a "Loading weights" bar on every from_pretrained drowns our own
 
 
 @dataclass(frozen=True)
@@ -111,11 +115,17 @@ def load_causal_lm(path: str | Path) -> CausalLM:
                          "(e.g. the model/ folder of an attnlab train run)")
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - an unreadable or unknown config surfaces as many exception types
+        raise UsageError(f"model {path}: cannot read its config.json ({_first_line(e)})") from None
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise UsageError(f"model {path} ({config.model_type}) is not a causal language model: give a "
+                         "*ForCausalLM checkpoint (Llama, GPT-2, GPT-NeoX, OPT, ...)")
+    try:
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
-    except ValueError as e:  # transformers' word for "this config has no causal-LM head"
-        kind = getattr(locals().get("config"), "model_type", "unknown")
-        raise UsageError(f"model {path} ({kind}) is not a causal language model: give a *ForCausalLM "
-                         f"checkpoint ({str(e).splitlines()[0][:120]})") from None
-    except OSError as e:
-        raise UsageError(f"model {path}: cannot load it ({str(e).splitlines()[0][:160]})") from None
+    except Exception as e:  # noqa: BLE001 - missing or corrupt weights surface as many exception types
+        raise UsageError(f"model {path}: cannot load its weights ({_first_line(e)})") from None
     return CausalLM(model)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0][:160] if str(e) else type(e).__name__

@@ -99,8 +99,9 @@ def load_tokenizer(path: str | Path) -> LabTokenizer:
         raise UsageError(f"tokenizer {path}: no such folder; give word, bpe or a saved tokenizer folder")
     try:
         fast = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"tokenizer {path}: not a Hugging Face tokenizer folder ({str(e).splitlines()[0]})") from None
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot read
+        detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        raise UsageError(f"tokenizer {path}: not a Hugging Face tokenizer folder ({detail})") from None
     # a word-level tokenizer has no byte fallback, so it cannot carry line breaks
     backend = getattr(fast, "backend_tokenizer", None)
     return LabTokenizer(fast, keeps_newlines=not (backend is not None and isinstance(backend.model, models.WordLevel)))

@@ -11,7 +11,7 @@ from attnlab.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
 from attnlab.lm.plots import layer_entropy, plot_attention_row
-from attnlab.lm.runs import load_wordlevel, train_depths
+from attnlab.lm.runs import data_summary, load_wordlevel, train_depths
 from attnlab.lm.trainer import TrainConfig
 from attnlab.plotting import plt
 
@@ -62,8 +62,8 @@ def run_fig7(cfg: Fig7Config, ctx) -> Result:
                             f"step 0 (ratio end/start; {h0:.3f} -> {h1:.3f} nats)", h1 / h0, cfg.max_entropy_ratio,
                             0.0, "at_most"))
     _figure(cfg, ctx, runs)
-    summary = (f"Trained on {cfg.train} ({train_ids.numel():,} tokens, vocabulary {len(vocab):,}), evaluated on "
-               f"{cfg.valid} ({valid_ids.numel():,} tokens); SGD lr {cfg.lr:g} with {', '.join(cfg.group_lrs) or 'no'} "
+    summary = (data_summary(cfg.train, cfg.valid, vocab, train_ids, valid_ids)
+               + f"; SGD lr {cfg.lr:g} with {', '.join(cfg.group_lrs) or 'no'} "
                f"group rates, clip 0.5, batch 20 x bptt 35, dropout {cfg.dropout}, {cfg.steps} steps. "
                + " ".join(f"{n} layer(s): layer-0 entropy {t['entropy_start']:.3f} -> {t['entropy_end']:.3f}, "
                           f"valid loss {t['valid_loss_start']:.3f} -> {t['valid_loss_end']:.3f}."

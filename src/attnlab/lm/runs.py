@@ -18,6 +18,12 @@ def load_wordlevel(train: str, valid: str, max_vocab: int):
     return vocab, vocab.numericalize(train_lines), vocab.numericalize(valid_lines)
 
 
+def data_summary(train: str, valid: str, vocab, train_ids, valid_ids) -> str:
+    """The report's first sentence: which text, how many tokens, which vocabulary."""
+    return (f"Trained on {train} ({train_ids.numel():,} tokens, vocabulary {len(vocab):,}), evaluated on "
+            f"{valid} ({valid_ids.numel():,} tokens)")
+
+
 def train_depths(layers, vocab_size: int, dropout: float, tcfg: TrainConfig, train_ids, valid_ids, ctx,
                  seed: int) -> dict[int, tuple[list[dict], dict]]:
     """Train one tutorial transformer per depth (same seed each) -> {depth: (metrics lines, snapshots)}.
