@@ -70,3 +70,18 @@ def test_missing_or_empty_corpus(tmp_path, capsys, monkeypatch):
     _assert_one_line(capsys, "empty")
     assert not (tmp_path / "r").exists()
     assert cli.main(["train", "--train", "empty.txt", "--out", "r", "--resume"]) == 2
+
+
+def test_holdout_validates_on_the_tail(tmp_path, capsys):
+    lines = [f"line {i} the cat sat on the mat ." for i in range(400)]
+    (tmp_path / "c.txt").write_text("\n".join(lines))
+    argv = ["train", "--train", str(tmp_path / "c.txt"), "--d-model", "16", "--d-ffn", "16", "--batch-size", "2",
+            "--bptt", "8", "--steps", "2", "--track-every", "2", "--eval-every", "2"]
+    assert cli.main(argv + ["--out", str(tmp_path / "a"), "--holdout", "0.25"]) == 0
+    (tmp_path / "head.txt").write_text("\n".join(lines[:300]))
+    (tmp_path / "tail.txt").write_text("\n".join(lines[300:]))
+    argv[2] = str(tmp_path / "head.txt")
+    assert cli.main(argv + ["--out", str(tmp_path / "b"), "--valid", str(tmp_path / "tail.txt")]) == 0
+    assert _lines(tmp_path / "a") == _lines(tmp_path / "b")  # same split, same run
+    assert cli.main(argv + ["--out", str(tmp_path / "c"), "--holdout", "1.5"]) == 2
+    _assert_one_line(capsys, "--holdout 1.5")

@@ -46,6 +46,8 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--train", required=True, help="training text: a file, a folder of *.txt, or a corpus name")
     p.add_argument("--valid", help="validation text (default: none, no validation loss)")
+    p.add_argument("--holdout", type=float, metavar="FRACTION",
+                   help="without --valid: validate on the last FRACTION of the training lines (e.g. 0.05)")
     p.add_argument("--out", required=True, type=Path, help="run folder")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     m = p.add_argument_group("model and tokenizer")
@@ -162,8 +164,13 @@ def cmd_train(args) -> int:
                       batching=args.batching, batch_size=args.batch_size, bptt=args.bptt, steps=args.steps,
                       track_every=args.track_every, eval_every=args.eval_every, snapshot_steps=snaps,
                       checkpoint_every=args.checkpoint_every, seed=args.seed)
+    if args.holdout is not None and (args.valid or not 0 < args.holdout < 1):
+        raise UsageError(f"--holdout {args.holdout}: give a fraction in (0, 1), and no --valid with it")
     train_lines = read_corpus(args.train, "--train", "--train PATH")
     valid_lines = read_corpus(args.valid, "--valid", "--valid PATH") if args.valid else None
+    if args.holdout:  # the tail, so the split is contiguous text and the same every time
+        cut = round(len(train_lines) * (1 - args.holdout))
+        train_lines, valid_lines = train_lines[:cut], train_lines[cut:]
     loaded = None
     if args.model not in MODEL_DEFAULTS:
         from attnlab.hf.causal_lm import load_causal_lm
