@@ -2,8 +2,9 @@
 
 The model is any module with ``forward(x (B, T), attentions: bool) -> (logits (B, T, V),
 [attention (B, H, T, T) per layer])``; it may return no maps when ``attentions`` is False (a
-Hugging Face model then keeps its fast fused attention for the training steps). Every ``track_every`` steps one line goes to ``metrics.jsonl``: training loss
-(mean since the last line), per-layer and per-head attention entropy (the theory half's
+Hugging Face model then keeps its fast fused attention for the training steps). Every
+``track_every`` steps one line goes to ``metrics.jsonl``: training loss (mean since the last
+line), per-layer and per-head attention entropy (the theory half's
 :func:`attnlab.theory.entropy.attention_entropy`, averaged over batch and query rows), the
 share of attention on the first token, and, every ``eval_every`` steps, validation loss.
 Attention is always measured on one fixed probe minibatch (the first training batch) with
