@@ -44,7 +44,7 @@ def test_bpe_is_lossless_sized_and_cached(tmp_path):
     ids = tok.encode_lines(TEXT)
     assert tok.decode(ids.tolist()) == "".join(line + "\n" for line in TEXT)  # bytes: nothing is lost
     (entry,) = [p for p in tmp_path.iterdir()]
-    assert (entry / "tokenizer.json").is_file() and not entry.name.endswith(".tmp")
+    assert (entry / "tokenizer.json").is_file() and ".tmp" not in entry.name
     (entry / "tokenizer.json").write_text((entry / "tokenizer.json").read_text())  # touch: still a hit
     again = train_bpe(TEXT, 300, tmp_path)
     assert torch.equal(again.encode_lines(TEXT), ids) and len(list(tmp_path.iterdir())) == 1
@@ -207,8 +207,10 @@ def test_bad_model_and_tokenizer_input(corpus, tmp_path, capsys, monkeypatch):
 
 
 def test_load_causal_lm_round_trip(tmp_path):
+    _llama(n_layers=1).save_pretrained(tmp_path / "m")
     model = _llama()
-    model.save_pretrained(tmp_path / "m")
+    model.save_pretrained(tmp_path / "m")  # replaces the 1-layer folder whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     again = load_causal_lm(tmp_path / "m")
     assert isinstance(again, CausalLM) and again.cfg == model.cfg
     x = torch.randint(0, 60, (1, 7))

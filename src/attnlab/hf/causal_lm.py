@@ -90,15 +90,19 @@ class CausalLM(nn.Module):
         return out.logits, list(out.attentions)  # [(B, H, T, T)] per layer
 
     def save_pretrained(self, folder: str | Path, tokenizer=None) -> Path:
-        """Write a standard checkpoint folder (with the tokenizer's files), replacing it whole."""
+        """Write a standard checkpoint folder (with the tokenizer's files), replacing it whole: the
+        new folder is complete before the old one is moved aside, so a kill never leaves neither."""
         folder = Path(folder)
-        tmp = folder.with_name(folder.name + ".tmp")
+        tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
         shutil.rmtree(tmp, ignore_errors=True)
         self.hf.save_pretrained(str(tmp))
         if tokenizer is not None:
             tokenizer.save(tmp)
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            folder.replace(old)
         tmp.replace(folder)
+        shutil.rmtree(old, ignore_errors=True)
         return folder
 
 

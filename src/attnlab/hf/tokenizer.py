@@ -14,6 +14,8 @@ with it loads with ``AutoTokenizer.from_pretrained``.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from pathlib import Path
 from typing import Iterable
 
@@ -86,9 +88,12 @@ def train_bpe(lines: list[str], vocab_size: int, cache: Path | None = None) -> L
         show_progress=False))
     out = LabTokenizer(PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS),
                        keeps_newlines=True)
-    tmp = folder.with_name(folder.name + ".tmp")
+    tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     out.save(tmp)
-    tmp.replace(folder)  # never a half-written cache entry
+    try:
+        tmp.replace(folder)  # never a half-written cache entry
+    except OSError:  # another process cached the same tokenizer first
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
