@@ -85,9 +85,7 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
         table[depth] = {"layers": [curve_shape(steps, h[:, l]) for l in range(depth)],
                         "best_valid_loss": min(valid), "final_valid_loss": valid[-1],
                         "paper_best_valid_loss": PAPER_BEST_VALID.get(depth)}
-    for depth, (lines, _) in runs.items():
-        steps = np.array([line["step"] for line in lines])
-        h0 = layer_entropy(lines)[:, 0]  # the lowest layer, as in Fig. 7
+        h0 = h[:, 0]  # the lowest layer, as in Fig. 7
         early = h0[steps <= cfg.drop_within * cfg.steps].min()
         claims.append(check(
             f"{depth}-layer: sharp early drop, lowest layer-0 entropy within the first {cfg.drop_within:.0%} of "
