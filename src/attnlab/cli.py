@@ -120,7 +120,7 @@ def cmd_reproduce(args, argv: list[str]) -> int:
 def cmd_demo(args) -> int:
     import shutil
 
-    from attnlab.text.sources import CorpusNotFound
+    from attnlab.errors import MissingResource
     from attnlab.experiments import registry, runner
     from attnlab.experiments.report import demo_index_html, demo_report_md
 
@@ -136,7 +136,7 @@ def cmd_demo(args) -> int:
             print(f"[demo] {name} ...", file=sys.stderr, flush=True)
             try:
                 result = runner.execute(exp, cfg, stage / name, device, True, command)
-            except CorpusNotFound as e:  # real-text experiments need a corpus this machine may lack
+            except MissingResource as e:  # real-text experiments need a corpus or model this machine may lack
                 shutil.rmtree(stage / name)
                 skipped.append(f"{name}: skipped ({e})")
                 print(f"[demo] {skipped[-1]}", file=sys.stderr, flush=True)

@@ -7,3 +7,7 @@ class UsageError(Exception):
 
 class ConfigError(UsageError, ValueError):
     """An experiment or model config that cannot describe a valid run."""
+
+
+class MissingResource(UsageError):
+    """A corpus or model this machine lacks: ``attnlab demo`` skips experiments that need one."""

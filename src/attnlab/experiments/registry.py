@@ -23,6 +23,7 @@ EXPERIMENT_MODULES = (
     "attnlab.theory.joma.exp_hierarchy",
     "attnlab.lm.exp_fig7",
     "attnlab.lm.exp_joma_text",
+    "attnlab.hf.exp_streaming",
 )
 
 

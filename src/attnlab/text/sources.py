@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from attnlab.errors import UsageError
+from attnlab.errors import MissingResource, UsageError
 from attnlab.text.corpus import read_lines
 
 DATA_ENV = "ATTNLAB_DATA"
 
 
-class CorpusNotFound(UsageError):
+class CorpusNotFound(MissingResource):
     """No file or folder for a corpus name: the demo skips such experiments instead of failing."""
 
 

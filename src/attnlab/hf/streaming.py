@@ -1,0 +1,97 @@
+"""Streaming perplexity through a KV cache (StreamingLLM's protocol) and its baselines.
+
+``stream_nll`` feeds a token stream through the model ``chunk`` tokens at a time, keeping only
+what the cache keeps, and records the NLL of every next token. With ``chunk=1`` this is the
+papers' protocol (decode one token at a time). With ``chunk > 1`` the tokens of a chunk attend to
+each other and to the cache as it was *before* the chunk (eviction happens between chunks): exact
+for the dense cache, an approximation for evicting policies (they see up to budget + chunk - 1
+tokens), much faster on a CPU.
+
+``recompute_nll`` is the sliding window with re-computation baseline: every token re-encodes its
+last ``window`` tokens from scratch (exact window attention, O(T·W) work).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class StreamResult:
+    nll: np.ndarray  # (T-1,) NLL of token t+1 given the stream up to t
+    seconds: float
+    kv_bytes: list[tuple[int, int]] = field(default_factory=list)  # (tokens seen, bytes stored)
+
+    @property
+    def ppl(self) -> float:
+        return math.exp(float(self.nll.mean()))
+
+    def ppl_of(self, lo: int, hi: int | None = None) -> float:
+        return math.exp(float(self.nll[lo:hi].mean()))
+
+    @property
+    def tokens_per_s(self) -> float:
+        return (len(self.nll) + 1) / self.seconds
+
+
+@torch.no_grad()
+def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -> StreamResult:
+    """ids (T,) long. ``cache``: a PolicyCache (used as its context manager) or None (plain
+    DynamicCache). Returns the per-token NLL, the time taken and the KV bytes along the stream."""
+    ids = ids.to(model.device)
+    t_total = ids.numel()
+    nll = torch.empty(t_total - 1, dtype=torch.float64)
+    kv = []
+    ctx = cache if cache is not None else _nullctx()
+    t0 = time.perf_counter()
+    with ctx:
+        past = cache
+        for start in range(0, t_total - 1, chunk):
+            end = min(start + chunk, t_total - 1)
+            out = model(ids[None, start:end], past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logp = F.log_softmax(out.logits[0].float(), -1)  # (chunk, V)
+            nll[start:end] = -logp.gather(-1, ids[start + 1:end + 1, None])[:, 0].double().cpu()
+            if cache is not None:
+                kv.append((end, cache.kv_bytes()))
+            if progress is not None:
+                progress.update(end - start)
+    return StreamResult(nll.numpy(), time.perf_counter() - t0, kv)
+
+
+@torch.no_grad()
+def recompute_nll(model, ids: torch.Tensor, window: int, positions: range | None = None,
+                  progress=None) -> StreamResult:
+    """Sliding window with re-computation: the NLL of token t+1 from a fresh forward over the
+    ``window`` tokens ending at t (positions 0..window-1). ``positions``: which t to score."""
+    ids = ids.to(model.device)
+    ts = positions if positions is not None else range(ids.numel() - 1)
+    nll = np.empty(len(ts))
+    t0 = time.perf_counter()
+    for i, t in enumerate(ts):
+        ctx = ids[max(0, t + 1 - window): t + 1][None]
+        logits = model(ctx, use_cache=False).logits[0, -1].float()
+        nll[i] = -F.log_softmax(logits, -1)[ids[t + 1]].item()
+        if progress is not None:
+            progress.update(1)
+    return StreamResult(nll, time.perf_counter() - t0)
+
+
+class _nullctx:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+def cache_factory(model, policy, positions: str) -> Callable[[], object]:
+    from attnlab.hf.kv_cache import PolicyCache
+
+    return lambda: PolicyCache(model, policy, positions)
