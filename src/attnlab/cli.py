@@ -5,6 +5,7 @@
     attnlab reproduce NAME --out DIR      one experiment: config.json, metrics.json, figures, report.md
     attnlab train --train TEXT --out DIR  the tracking trainer on your own corpus
     attnlab generate --model DIR --prompt TEXT   continue a prompt with a trained checkpoint
+    attnlab stream --model smollm2 --policy sinks --budget 256 --out DIR   KV-cache policy: PPL, bytes, tokens/s
     attnlab models fetch smollm2 | list   pretrained models by name, converted once into the cache
 """
 from __future__ import annotations
@@ -75,11 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a config value, e.g. --set sgd.steps=50 --set eta_z=1,2 (repeatable)")
     rep.add_argument("--quick", action="store_true", help="use the experiment's quick settings (as the demo does)")
 
-    from attnlab.hf import generate_cli, models_cli
+    from attnlab.hf import generate_cli, models_cli, stream_cli
     from attnlab.lm import train_cli
 
     train_cli.add_parser(sub)
     generate_cli.add_parser(sub)
+    stream_cli.add_parser(sub)
     models_cli.add_parser(sub)
     return p
 
@@ -167,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             from attnlab.lm.train_cli import cmd_train
 
             return cmd_train(args)
+        if args.command == "stream":
+            from attnlab.hf.stream_cli import cmd_stream
+
+            return cmd_stream(args, argv)
         if args.command == "generate":
             from attnlab.hf.generate_cli import cmd_generate
 
