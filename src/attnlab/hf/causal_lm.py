@@ -111,19 +111,25 @@ def build_llama(cfg: LlamaLMConfig) -> CausalLM:
     return CausalLM(LlamaForCausalLM(cfg.to_hf()))
 
 
-def load_causal_lm(path: str | Path) -> CausalLM:
-    """Any local causal-LM checkpoint folder, in float32 for training."""
-    path = Path(path).expanduser()
-    if not (path / "config.json").is_file():
-        raise UsageError(f"model {path}: no config.json there; give a Hugging Face model folder "
-                         "(e.g. the model/ folder of an attnlab train run)")
+def causal_lm_config(path: str | Path, hint: str = ""):
+    """The config of a local model folder, or a one-line error if it is not a causal LM."""
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as e:  # noqa: BLE001 - an unreadable or unknown config surfaces as many exception types
         raise UsageError(f"model {path}: cannot read its config.json ({_first_line(e)})") from None
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise UsageError(f"model {path} ({config.model_type}) is not a causal language model: give a "
-                         "*ForCausalLM checkpoint (Llama, GPT-2, GPT-NeoX, OPT, ...)")
+                         f"*ForCausalLM checkpoint (Llama, GPT-2, GPT-NeoX, OPT, ...){hint}")
+    return config
+
+
+def load_causal_lm(path: str | Path) -> CausalLM:
+    """Any local causal-LM checkpoint folder, in float32 for training."""
+    path = Path(path).expanduser()
+    if not (path / "config.json").is_file():
+        raise UsageError(f"model {path}: no config.json there; give a Hugging Face model folder "
+                         "(e.g. the model/ folder of an attnlab train run)")
+    causal_lm_config(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - missing or corrupt weights surface as many exception types

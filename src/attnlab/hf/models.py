@@ -332,16 +332,9 @@ def resolve_model(name: str) -> Path | str:
 
 
 def _check_causal_lm(path: Path) -> None:
-    from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    from attnlab.hf.causal_lm import causal_lm_config
 
-    try:
-        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    except Exception as e:  # noqa: BLE001 - an unreadable or unknown config surfaces as many exception types
-        raise UsageError(f"model {path}: cannot read its config.json ({_first_line(e)})") from None
-    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
-        raise UsageError(f"model {path} ({config.model_type}) is not a causal language model: give a "
-                         "*ForCausalLM checkpoint (Llama, GPT-2, GPT-NeoX, OPT, ...) or an alias such as smollm2")
+    causal_lm_config(path, " or an alias such as smollm2")
 
 
 def _tokenizer_folder(model_folder: Path) -> Path:
