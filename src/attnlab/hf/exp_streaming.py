@@ -132,7 +132,7 @@ def run_streaming(cfg: StreamConfig, ctx) -> Result:
                    f"{k} PPL {r.ppl_of(0, context - 1):.3f} within / {r.ppl_of(context - 1):.3f} past the context"
                    for k, r in long.items()) + "."))
     return Result(claims, metrics, {"streaming_nll.png": "NLL per position (mean over 64-token windows) for each "
-                                    "cache; right: KV bytes stored along the stream."}, summary)
+                                    "cache; KV bytes stored and decode tokens/s along the stream."}, summary)
 
 
 @register("h2o-ppl", "H2O heavy hitters vs StreamingLLM sinks at one KV budget, streaming PPL on a real model",
@@ -153,7 +153,7 @@ def run_h2o(cfg: H2OConfig, ctx) -> Result:
     summary = (f"{cfg.model} on {cfg.tokens} tokens of {cfg.text}, budget {b}, token by token, rolling positions. "
                "PPL: " + ", ".join(f"{k} {v:.3f}" for k, v in ppl.items()) + ".")
     return Result(claims, {"ppl": ppl, "tokens_per_s": {k: v.tokens_per_s for k, v in runs.items()}},
-                  {"h2o_nll.png": "NLL per position (mean over 64-token windows); right: KV bytes stored."}, summary)
+                  {"h2o_nll.png": "NLL per position (mean over 64-token windows); KV bytes stored; tokens/s along the stream."}, summary)
 
 
 def _smooth(x: np.ndarray, w: int = 64) -> np.ndarray:
@@ -161,18 +161,22 @@ def _smooth(x: np.ndarray, w: int = 64) -> np.ndarray:
 
 
 def _figure(ctx, runs: dict, long: dict, context: int, name: str) -> None:
-    fig, axes = plt.subplots(1, 3 if long else 2, figsize=(14 if long else 10, 3.4), layout="constrained")
+    fig, axes = plt.subplots(1, 4 if long else 3, figsize=(17 if long else 13, 3.4), layout="constrained")
     for k, r in runs.items():
         axes[0].plot(_smooth(r.nll), label=f"{k} (PPL {r.ppl:.2f})", lw=1)
-        axes[1].plot([t for t, _ in r.kv_bytes], [v / 2**20 for _, v in r.kv_bytes], label=k)
+        if r.kv_bytes:
+            axes[1].plot([t for t, _ in r.kv_bytes], [v / 2**20 for _, v in r.kv_bytes], label=k)
+        if r.clock:
+            axes[2].plot(*r.throughput(), label=k, lw=1)
     axes[0].set(xlabel="position", ylabel="NLL (64-token mean)", title="streaming NLL")
     axes[1].set(xlabel="tokens seen", ylabel="KV cache (MiB)", title="memory")
-    axes[0].legend(fontsize=7)
-    axes[1].legend(fontsize=7)
+    axes[2].set(xlabel="tokens seen", ylabel="tokens/s", title="speed (dense: chunked)", yscale="log")
+    for ax in axes[:3]:
+        ax.legend(fontsize=7)
     if long:
         for k, r in long.items():
-            axes[2].plot(_smooth(r.nll, 256), label=k, lw=1)
-        axes[2].axvline(context, color="k", ls=":", lw=1)
-        axes[2].set(xlabel="position", ylabel="NLL (256-token mean)", title=f"past the {context}-token context")
-        axes[2].legend(fontsize=7)
+            axes[3].plot(_smooth(r.nll, 256), label=k, lw=1)
+        axes[3].axvline(context, color="k", ls=":", lw=1)
+        axes[3].set(xlabel="position", ylabel="NLL (256-token mean)", title=f"past the {context}-token context")
+        axes[3].legend(fontsize=7)
     ctx.savefig(fig, name)

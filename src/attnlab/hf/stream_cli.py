@@ -75,8 +75,7 @@ def cmd_stream(args, argv: list[str]) -> int:
         if args.recompute and isinstance(policy.budget, int):
             with ctx.progress(len(ids) - 1, "recompute") as bar:
                 runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
-        _figure(ctx, {k: r for k, r in runs.items() if r.kv_bytes} , {}, model.config.max_position_embeddings,
-                "stream.png")
+        _figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
         metrics = {"command": "attnlab " + " ".join(shlex.quote(a) for a in argv),
                    "model": args.model, "text": args.text, "tokens": int(ids.numel()), "positions": args.positions,
                    "chunk": args.chunk,

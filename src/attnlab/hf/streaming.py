@@ -27,6 +27,16 @@ class StreamResult:
     nll: np.ndarray  # (T-1,) NLL of token t+1 given the stream up to t
     seconds: float
     kv_bytes: list[tuple[int, int]] = field(default_factory=list)  # (tokens seen, bytes stored)
+    clock: list[tuple[int, float]] = field(default_factory=list)  # (tokens seen, seconds since the start)
+
+    def throughput(self, every: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens/s along the stream, over windows of about ``every`` tokens: (tokens seen, tokens/s)."""
+        pts = [(0, 0.0)] + self.clock
+        step = max(1, every // max(1, pts[1][0] if len(pts) > 1 else 1))
+        sel = pts[::step]
+        t = np.array([p[0] for p in sel[1:]])
+        rate = np.diff([p[0] for p in sel]) / np.maximum(np.diff([p[1] for p in sel]), 1e-9)
+        return t, rate
 
     @property
     def ppl(self) -> float:
@@ -47,7 +57,7 @@ def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -
     ids = ids.to(model.device)
     t_total = ids.numel()
     nll = torch.empty(t_total - 1, dtype=torch.float64)
-    kv = []
+    kv, clock = [], []
     ctx = cache if cache is not None else _nullctx()
     t0 = time.perf_counter()
     with ctx:
@@ -58,11 +68,12 @@ def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -
             past = out.past_key_values
             logp = F.log_softmax(out.logits[0].float(), -1)  # (chunk, V)
             nll[start:end] = -logp.gather(-1, ids[start + 1:end + 1, None])[:, 0].double().cpu()
+            clock.append((end, time.perf_counter() - t0))
             if cache is not None:
                 kv.append((end, cache.kv_bytes()))
             if progress is not None:
                 progress.update(end - start)
-    return StreamResult(nll.numpy(), time.perf_counter() - t0, kv)
+    return StreamResult(nll.numpy(), time.perf_counter() - t0, kv, clock)
 
 
 @torch.no_grad()
