@@ -1,8 +1,9 @@
 """Decode speed and KV memory of the evicting caches vs the full cache, side by side in one run.
 
-For each stored length L (tokens already streamed): prefill L tokens of real text (chunked),
-warm up, then time ``--decode`` single-token steps; report the median per-token time as
-tokens/s and the bytes the cache holds. Also: each policy's per-token overhead against
+For each stored length L (tokens already streamed): prefill L tokens of real text into every
+cache (chunked), warm up, then time ``--decode`` single-token steps, the caches taking turns
+step by step (so the machine's drift hits all alike); report the median per-token time as
+tokens/s and the bytes each cache holds. Also: each policy's per-token overhead against
 transformers' own DynamicCache (plain SDPA) at the same stored length, and StreamingLLM's
 comparison, sinks vs the sliding window with re-computation at the same window.
 
@@ -12,6 +13,7 @@ comparison, sinks vs the sliding window with re-computation at the same window.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -29,26 +31,41 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def _active(cache):
+    """The cache's context (PolicyCache switches the attention implementation; DynamicCache: none)."""
+    return cache if isinstance(cache, PolicyCache) else contextlib.nullcontext()
+
+
 @torch.no_grad()
-def decode_run(model, ids, length, make_cache, n_decode, device, chunk=512):
-    """Prefill ``length`` tokens, then time n_decode single-token steps: (median s/token, KV bytes)."""
+def prefill(model, ids, length, make_cache, chunk=512):
     cache = make_cache()
-    ctx = cache if isinstance(cache, PolicyCache) else _Null()
-    with ctx:
+    with _active(cache):
         for s in range(0, length, chunk):
             model(ids[None, s:min(s + chunk, length)], past_key_values=cache)
-        times = []
-        for i in range(n_decode + 4):  # 4 warm-up steps: the first evicts the last prefill chunk
-            tok = ids[None, length + i:length + i + 1]
-            _sync(device)
-            t0 = time.perf_counter()
-            model(tok, past_key_values=cache)
-            _sync(device)
+    return cache
+
+
+@torch.no_grad()
+def decode_interleaved(model, ids, length, caches: dict, n_decode, device) -> dict:
+    """Time n_decode single-token steps of every cache, round-robin (step i of each cache before
+    step i+1 of any), so drift in the machine's speed hits all of them alike: {name: median s}."""
+    times = {k: [] for k in caches}
+    for i in range(n_decode + 4):  # 4 warm-up steps: the first evicts the last prefill chunk
+        tok = ids[None, length + i:length + i + 1]
+        for name, cache in caches.items():
+            with _active(cache):
+                _sync(device)
+                t0 = time.perf_counter()
+                model(tok, past_key_values=cache)
+                _sync(device)
             if i >= 4:
-                times.append(time.perf_counter() - t0)
-    kv = cache.kv_bytes() if isinstance(cache, PolicyCache) else sum(
+                times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def kv_bytes(cache) -> int:
+    return cache.kv_bytes() if isinstance(cache, PolicyCache) else sum(
         l.keys.nbytes + l.values.nbytes for l in cache.layers)
-    return statistics.median(times), kv
 
 
 @torch.no_grad()
@@ -62,14 +79,6 @@ def recompute_step(model, ids, window, n, device):
         if i:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
 
 def main():
@@ -87,12 +96,14 @@ def main():
     text = "".join(read_corpus(args.text, "text")[:40000])
     ids = torch.tensor(tok(text, add_special_tokens=False)["input_ids"][: max(lengths) + args.decode + 8],
                        device=args.device)
-    b = args.budget
+    b, dyn, full = args.budget, "DynamicCache (HF, sdpa)", "full (attnlab)"
     configs = {
-        "DynamicCache (HF, sdpa)": lambda: DynamicCache(config=model.config),
-        "full (attnlab)": lambda: PolicyCache(model, make_policy("full"), "rolling"),
+        dyn: lambda: DynamicCache(config=model.config),
+        full: lambda: PolicyCache(model, make_policy("full"), "rolling"),
         f"sinks 4+{b - 4}": lambda: PolicyCache(model, make_policy("sinks", budget=b, n_sink=4), "rolling"),
         f"h2o {b // 2}+{b // 2}": lambda: PolicyCache(model, make_policy("h2o", budget=b), "rolling"),
+        f"h2o {b // 2}+{b // 2}, original positions": lambda: PolicyCache(model, make_policy("h2o", budget=b),
+                                                                           "original"),
         f"sinks+h2o 4+{b // 2 - 4}+{b // 2}": lambda: PolicyCache(model, make_policy("sinks+h2o", budget=b, n_sink=4),
                                                                  "rolling"),
     }
@@ -100,23 +111,29 @@ def main():
           f"budget {b}, median of {args.decode} decode steps")
     print("| cache | " + " | ".join(f"{L} tok/s | {L} KV MiB" for L in lengths) + " |")
     print("|---|" + "---|---|" * len(lengths))
-    res = {}
-    for name, make in configs.items():
-        row = []
-        for L in lengths:
-            t, kv = decode_run(model, ids, L, make, args.decode, args.device)
-            res[name, L] = t
-            row.append(f"{1 / t:.1f} | {kv / 2**20:.1f}")
-        print(f"| {name} | " + " | ".join(row) + " |", flush=True)
-    full = "full (attnlab)"
+    res, mem = {}, {}
+    for L in lengths:
+        caches = {name: prefill(model, ids, L, make) for name, make in configs.items()}
+        for name, t in decode_interleaved(model, ids, L, caches, args.decode, args.device).items():
+            res[name, L], mem[name, L] = t, kv_bytes(caches[name])
+        del caches
+    for name in configs:
+        print(f"| {name} | " + " | ".join(f"{1 / res[name, L]:.1f} | {mem[name, L] / 2**20:.1f}" for L in lengths)
+              + " |", flush=True)
     for L in lengths:
         print(f"at {L}: " + ", ".join(f"{n} {res[full, L] / res[n, L]:.2f}x full" for n in configs
-                                      if n not in (full, "DynamicCache (HF, sdpa)")))
+                                      if n not in (full, dyn)))
     # overhead at equal stored length: a policy holding b tokens vs DynamicCache holding b tokens
     if b in lengths:
-        base = res["DynamicCache (HF, sdpa)", b]
+        base = res[dyn, b]
         print(f"overhead vs DynamicCache at {b} stored: " + ", ".join(
-            f"{n} {res[n, b] / base - 1:+.1%}" for n in configs if n != "DynamicCache (HF, sdpa)"))
+            f"{n} {res[n, b] / base - 1:+.1%}" for n in configs if n != dyn))
+    # the floor: what one decode step costs with (almost) nothing cached -- the model's weights alone
+    floor = decode_interleaved(model, ids, 16, {dyn: prefill(model, ids, 16, configs[dyn])}, args.decode,
+                               args.device)[dyn]
+    L = lengths[-1]
+    print(f"floor (DynamicCache, 16 tokens cached): {1 / floor:.1f} tok/s, so no cache can decode faster than "
+          f"{res[full, L] / floor:.2f}x full at {L}")
     t_re = recompute_step(model, ids, b, 4, args.device)
     sinks = res[f"sinks 4+{b - 4}", lengths[-1]]
     print(f"streaming at window {b}: sinks {1 / sinks:.1f} tok/s vs recompute {1 / t_re:.2f} tok/s: "

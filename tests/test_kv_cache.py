@@ -255,6 +255,9 @@ def test_rope_rotation_composes():
     a, b = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([7, 0, -3, 2, 1])
     torch.testing.assert_close(spec.rotate(spec.rotate(k, a), b), spec.rotate(k, a + b), atol=1e-5, rtol=1e-5)
     assert torch.equal(spec.rotate(k, a)[:, spec.rot_dims:], k[:, spec.rot_dims:])  # partial rotary: rest untouched
+    # the int shortcut (cached cos/sin, steady decoding) is the same rotation
+    torch.testing.assert_close(spec.rotate(k, 1), spec.rotate(k, torch.ones(5, dtype=torch.long)), atol=0, rtol=0)
+    torch.testing.assert_close(spec.rotate(k, 3), spec.rotate(k, torch.full((5,), 3)), atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("kwargs, message", [

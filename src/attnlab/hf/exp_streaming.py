@@ -55,7 +55,9 @@ class H2OConfig:
     recent: int = 128  # H2O's half heavy / half recent split
 
 
-def _load(model_name: str, text: str, tokens: int, ctx):
+def load_stream(model_name: str, text: str, tokens: int, ctx):
+    """The model (on ctx.device) and the first ``tokens`` token ids (T,) of ``text``; MissingResource
+    if the model is not cached (so the demo can skip), ConfigError if the text is too short."""
     from attnlab.hf.models import load_model_and_tokenizer, resolve_model
 
     try:
@@ -83,7 +85,7 @@ def _run(model, ids, label, ctx, chunk=1, positions="rolling", **policy) -> Stre
 @register("streaming-ppl", "StreamingLLM: window vs attention sinks vs dense, streaming PPL on a real model",
           StreamConfig, quick={"tokens": 384, "budget": 64, "long_tokens": 0})
 def run_streaming(cfg: StreamConfig, ctx) -> Result:
-    model, ids = _load(cfg.model, cfg.text, max(cfg.tokens, cfg.long_tokens), ctx)
+    model, ids = load_stream(cfg.model, cfg.text, max(cfg.tokens, cfg.long_tokens), ctx)
     short = ids[:cfg.tokens]
     b = cfg.budget
     runs = {"dense": _run(model, short, "dense", ctx, cfg.dense_chunk, name="full"),
@@ -117,7 +119,7 @@ def run_streaming(cfg: StreamConfig, ctx) -> Result:
             check(f"dense degrades past its context: the same ratio ({long['dense'].ppl_of(context - 1):.3f} / "
                   f"{long['dense'].ppl_of(context // 2 - 1, context - 1):.3f})", ratio["dense"], cfg.degrade, 0.0,
                   "at_least")]
-    _figure(ctx, runs, long, context, "streaming_nll.png")
+    stream_figure(ctx, runs, long, context, "streaming_nll.png")
     metrics = {"ppl": {k: r.ppl for k, r in runs.items()},
                "tokens_per_s": {k: r.tokens_per_s for k, r in runs.items()},
                "kv_bytes_final": {k: r.kv_bytes[-1][1] for k, r in runs.items()},
@@ -138,7 +140,7 @@ def run_streaming(cfg: StreamConfig, ctx) -> Result:
 @register("h2o-ppl", "H2O heavy hitters vs StreamingLLM sinks at one KV budget, streaming PPL on a real model",
           H2OConfig, quick={"tokens": 384, "budget": 64, "recent": 32})
 def run_h2o(cfg: H2OConfig, ctx) -> Result:
-    model, ids = _load(cfg.model, cfg.text, cfg.tokens, ctx)
+    model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx)
     b, s, r = cfg.budget, cfg.n_sink, cfg.recent
     runs = {"dense": _run(model, ids, "dense", ctx, 256, name="full"),
             f"sinks {s}+{b - s}": _run(model, ids, "sinks", ctx, name="sinks", budget=b, n_sink=s),
@@ -149,7 +151,7 @@ def run_h2o(cfg: H2OConfig, ctx) -> Result:
     dense, sinks, h2o, both = ppl.values()
     claims = [check(f"sinks+h2o beats sinks+window at budget {b}: PPL ratio ({both:.3f} / {sinks:.3f})",
                     both / sinks, 1.0, 0.0, "at_most")]
-    _figure(ctx, runs, {}, model.config.max_position_embeddings, "h2o_nll.png")
+    stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "h2o_nll.png")
     summary = (f"{cfg.model} on {cfg.tokens} tokens of {cfg.text}, budget {b}, token by token, rolling positions. "
                "PPL: " + ", ".join(f"{k} {v:.3f}" for k, v in ppl.items()) + ".")
     return Result(claims, {"ppl": ppl, "tokens_per_s": {k: v.tokens_per_s for k, v in runs.items()}},
@@ -160,7 +162,9 @@ def _smooth(x: np.ndarray, w: int = 64) -> np.ndarray:
     return np.convolve(x, np.ones(w) / w, mode="valid") if len(x) > w else x
 
 
-def _figure(ctx, runs: dict, long: dict, context: int, name: str) -> None:
+def stream_figure(ctx, runs: dict, long: dict, context: int, name: str) -> None:
+    """NLL per position, KV bytes and tokens/s along the stream, one line per run (and, with
+    ``long``, the stream past the model's context)."""
     fig, axes = plt.subplots(1, 4 if long else 3, figsize=(17 if long else 13, 3.4), layout="constrained")
     for k, r in runs.items():
         axes[0].plot(_smooth(r.nll), label=f"{k} (PPL {r.ppl:.2f})", lw=1)

@@ -24,7 +24,7 @@ implementation to ``attnlab_kv`` and restores it on exit. Pinned to transformers
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,7 @@ class RopeSpec:
 
     inv_freq: torch.Tensor  # (rot_dims / 2,) float32
     rot_dims: int
+    _cos_sin: dict = field(default_factory=dict, compare=False, repr=False)  # int delta -> (cos, sin), (1, rot)
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> "RopeSpec":
@@ -58,15 +59,23 @@ class RopeSpec:
         raise UsageError(f"rolling positions re-rotate RoPE keys, but {kind} has learned absolute positions "
                          "(as GPT-2 and OPT do): use --positions original")
 
-    def rotate(self, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """k (n, D) rotated by delta (n,) positions, in float32; rotate_half layout (Llama, NeoX)."""
-        inv = self.inv_freq.to(k.device)
-        ang = delta.to(torch.float32)[:, None] * inv  # (n, rot/2)
-        cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)  # (n, rot)
+    def rotate(self, k: torch.Tensor, delta: torch.Tensor | int) -> torch.Tensor:
+        """k (n, D) rotated by delta (n,) positions (or one int for all), in float32; rotate_half
+        layout (Llama, NeoX)."""
+        if isinstance(delta, int):  # steady decoding rotates by 1: its cos/sin are computed once
+            if delta not in self._cos_sin:
+                self._cos_sin[delta] = self._angles(torch.tensor([delta]))
+            cos, sin = (t.to(k.device) for t in self._cos_sin[delta])
+        else:
+            cos, sin = self._angles(delta.to(k.device))
         rot, rest = k[:, : self.rot_dims].float(), k[:, self.rot_dims:]
         x1, x2 = rot.chunk(2, dim=-1)
-        out = rot * cos + torch.cat([-x2, x1], -1) * sin
-        return torch.cat([out.to(k.dtype), rest], -1)
+        out = (rot * cos + torch.cat([-x2, x1], -1) * sin).to(k.dtype)
+        return torch.cat([out, rest], -1) if rest.shape[-1] else out
+
+    def _angles(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ang = delta.to(torch.float32)[:, None] * self.inv_freq.to(delta.device)  # (n, rot/2)
+        return torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)  # (n, rot) each
 
 
 class PolicyLayer(CacheLayerMixin):
@@ -110,7 +119,7 @@ class PolicyLayer(CacheLayerMixin):
             evict = self._priority().argmin(-1, keepdim=True)  # (B, H, 1)
             if self.rope is not None:
                 ev_pos = self.pos.gather(-1, evict)
-                self._rerotate((self.pos < ev_pos).long())  # older kept keys move forward by 1
+                self._rerotate(self.pos < ev_pos, 1)  # older kept keys move forward by 1
             d_idx = evict[..., None]
             self.keys.scatter_(2, d_idx.expand(-1, -1, -1, self.keys.shape[-1]), key_states)
             self.values.scatter_(2, d_idx.expand(-1, -1, -1, self.values.shape[-1]), value_states)
@@ -184,7 +193,8 @@ class PolicyLayer(CacheLayerMixin):
             order = self.pos.argsort(-1)
             ev_sorted = evicted.gather(-1, order).long()
             after_sorted = n - ev_sorted.cumsum(-1)  # evicted tokens later in the stream
-            self._rerotate(torch.empty_like(after_sorted).scatter_(-1, order, after_sorted).masked_fill(evicted, 0))
+            delta = torch.empty_like(after_sorted).scatter_(-1, order, after_sorted).masked_fill(evicted, 0)
+            self._rerotate(delta != 0, delta)
         d = keep[..., None]
         self.keys = self.keys.gather(2, d.expand(-1, -1, -1, self.keys.shape[-1]))
         self.values = self.values.gather(2, d.expand(-1, -1, -1, self.values.shape[-1]))
@@ -192,11 +202,14 @@ class PolicyLayer(CacheLayerMixin):
         if self.score is not None:
             self.score = self.score.gather(-1, keep)
 
-    def _rerotate(self, delta: torch.Tensor) -> None:
-        """Rotate each stored key forward by delta (B, H, S) positions (only where delta != 0)."""
-        bi, hi, si = delta.nonzero(as_tuple=True)
-        if bi.numel():
-            self.keys[bi, hi, si] = self.rope.rotate(self.keys[bi, hi, si], delta[bi, hi, si])
+    def _rerotate(self, moved: torch.Tensor, delta: torch.Tensor | int) -> None:
+        """Rotate the stored keys where ``moved`` (B, H, S) forward by ``delta`` positions (one int,
+        or a (B, H, S) tensor)."""
+        flat = self.keys.view(-1, self.keys.shape[-1])  # (B*H*S, D): one linear index is cheaper than three
+        idx = moved.reshape(-1).nonzero().squeeze(1)
+        if idx.numel():
+            d = delta if isinstance(delta, int) else delta.reshape(-1)[idx]
+            flat.index_copy_(0, idx, self.rope.rotate(flat.index_select(0, idx), d))
 
     # -- called by the attention function ---------------------------------------------------------
     def step_mask(self, hf_mask: torch.Tensor | None, q: int) -> torch.Tensor | None:
@@ -234,13 +247,15 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     g = hq // hkv  # query heads per KV head
     mask = layer.step_mask(attention_mask, q)  # (B, Hkv, q, S) or None
     if layer.score is not None:  # H2O: materialise the probabilities it scores on
-        qg = query.view(b, hkv, g, q, d)
-        logits = (qg @ key[:, :, None].transpose(-1, -2)) * scaling  # (B, Hkv, g, q, S)
+        # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
+        # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
+        qg = query.reshape(b, hkv, g * q, d)
+        logits = (qg @ key.transpose(-1, -2)) * scaling  # (B, Hkv, g*q, S)
         if mask is not None:
-            logits = logits.masked_fill(~mask[:, :, None], float("-inf"))
+            logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
         probs = logits.float().softmax(-1)
-        layer.score += probs.sum(dim=(2, 3))  # column sums over the group's heads and this step's queries
-        out = (probs.to(value.dtype) @ value[:, :, None]).view(b, hq, q, -1)  # (B, Hq, q, Dv)
+        layer.score += probs.sum(dim=2)  # column sums over the group's heads and this step's queries
+        out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
     else:
         full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=full_mask, scale=scaling,

@@ -52,7 +52,7 @@ def add_parser(sub) -> None:
 
 def cmd_stream(args, argv: list[str]) -> int:
     from attnlab.experiments.runner import RunContext, check_device, staged_output
-    from attnlab.hf.exp_streaming import _load, _figure
+    from attnlab.hf.exp_streaming import load_stream, stream_figure
     from attnlab.hf.kv_cache import PolicyCache
     from attnlab.hf.streaming import recompute_nll, stream_nll
     from attnlab.kv.policies import make_policy
@@ -62,7 +62,7 @@ def cmd_stream(args, argv: list[str]) -> int:
     policy = make_policy(args.policy, None if args.policy == "full" else args.budget, args.n_sink, args.recent)
     device = check_device(args.device)
     ctx = RunContext(out=None, device=device)
-    model, ids = _load(args.model, args.text, args.tokens, ctx)
+    model, ids = load_stream(args.model, args.text, args.tokens, ctx)
     cache = PolicyCache(model, policy, args.positions)  # refuses rolling on learned positions, before any work
     with staged_output(args.out) as stage:
         ctx.out = stage
@@ -75,7 +75,7 @@ def cmd_stream(args, argv: list[str]) -> int:
         if args.recompute and isinstance(policy.budget, int):
             with ctx.progress(len(ids) - 1, "recompute") as bar:
                 runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
-        _figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
+        stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
         metrics = {"command": "attnlab " + " ".join(shlex.quote(a) for a in argv),
                    "model": args.model, "text": args.text, "tokens": int(ids.numel()), "positions": args.positions,
                    "chunk": args.chunk,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -101,8 +100,3 @@ class _nullctx:
     def __exit__(self, *exc):
         return None
 
-
-def cache_factory(model, policy, positions: str) -> Callable[[], object]:
-    from attnlab.hf.kv_cache import PolicyCache
-
-    return lambda: PolicyCache(model, policy, positions)
