@@ -78,9 +78,12 @@ def test_streaming_experiments_state_their_claims(setup, tmp_path, name, n_claim
     model, text = setup
     out = tmp_path / name
     sets = [f"model={model}", f"text={text}", "tokens=64", "budget=16"]
-    sets += ["long_tokens=0"] if name == "streaming-ppl" else ["recent=8"]
+    sets += ["long_tokens=0"] if name == "streaming-ppl" else ["recent=8", "sweep_recent=4"]
     argv = ["reproduce", name, "--out", str(out)] + [a for s in sets for a in ("--set", s)]
     assert main(argv) == 0
     claims = json.loads((out / "metrics.json").read_text())["claims"]
     assert len(claims) == n_claims
     assert all({"measured", "expected", "tolerance", "holds"} <= set(c) for c in claims)
+    if name == "h2o-ppl":  # the budget-split sweep: the claim's split and the swept one, in order
+        assert list(json.loads((out / "metrics.json").read_text())["sinks_h2o_ppl_by_recent"]) == ["4", "8"]
+        assert (out / "h2o_split.png").exists()

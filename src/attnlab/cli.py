@@ -76,12 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a config value, e.g. --set sgd.steps=50 --set eta_z=1,2 (repeatable)")
     rep.add_argument("--quick", action="store_true", help="use the experiment's quick settings (as the demo does)")
 
-    from attnlab.hf import generate_cli, models_cli, stream_cli
+    from attnlab.hf import generate_cli, models_cli, rope_cli, stream_cli
     from attnlab.lm import train_cli
 
     train_cli.add_parser(sub)
     generate_cli.add_parser(sub)
     stream_cli.add_parser(sub)
+    rope_cli.add_parser(sub)
     models_cli.add_parser(sub)
     return p
 
@@ -130,7 +131,7 @@ def cmd_demo(args) -> int:
     t0 = time.perf_counter()
     sections, skipped = [], []
     with runner.staged_output(args.out) as stage:
-        for name in DEMO_EXPERIMENTS or tuple(registry.load_all()):
+        for name in DEMO_EXPERIMENTS or tuple(k for k, e in registry.load_all().items() if e.demo):
             exp = registry.get(name)
             cfg = runner.resolve_config(exp, {}, None, quick=not args.full)
             (stage / name).mkdir()
@@ -173,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             from attnlab.hf.stream_cli import cmd_stream
 
             return cmd_stream(args, argv)
+        if args.command in ("passkey", "longppl"):
+            from attnlab.hf.rope_cli import cmd_rope
+
+            return cmd_rope(args, argv)
         if args.command == "generate":
             from attnlab.hf.generate_cli import cmd_generate
 

@@ -24,6 +24,7 @@ EXPERIMENT_MODULES = (
     "attnlab.lm.exp_fig7",
     "attnlab.lm.exp_joma_text",
     "attnlab.hf.exp_streaming",
+    "attnlab.hf.exp_rope",
 )
 
 
@@ -44,12 +45,13 @@ class Experiment:
     config_cls: type
     run: Callable[[Any, Any], Result]
     quick: dict[str, Any] = field(default_factory=dict)  # overrides for `attnlab demo`
+    demo: bool = True  # False: too slow for the demo's few minutes even in quick mode
 
 
 _REGISTRY: dict[str, Experiment] = {}
 
 
-def register(name: str, summary: str, config: type, quick: dict[str, Any] | None = None):
+def register(name: str, summary: str, config: type, quick: dict[str, Any] | None = None, demo: bool = True):
     """Decorator: ``@register("scansnap-fig6", "...", Fig6Config)`` on ``run(cfg, ctx)``."""
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"{name}: config must be a dataclass")
@@ -57,7 +59,7 @@ def register(name: str, summary: str, config: type, quick: dict[str, Any] | None
     def wrap(fn):
         if name in _REGISTRY:
             raise ValueError(f"experiment {name!r} registered twice")
-        _REGISTRY[name] = Experiment(name, summary, config, fn, dict(quick or {}))
+        _REGISTRY[name] = Experiment(name, summary, config, fn, dict(quick or {}), demo)
         return fn
 
     return wrap

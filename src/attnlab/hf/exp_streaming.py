@@ -52,12 +52,12 @@ class H2OConfig:
     tokens: int = 2048
     budget: int = 256
     n_sink: int = 4
-    recent: int = 128  # H2O's half heavy / half recent split
+    recent: int = 128  # H2O's half heavy / half recent split (the claim's)
+    sweep_recent: tuple[int, ...] = (64, 192, 224)  # other splits of the same budget, measured (not claimed)
 
 
-def load_stream(model_name: str, text: str, tokens: int, ctx):
-    """The model (on ctx.device) and the first ``tokens`` token ids (T,) of ``text``; MissingResource
-    if the model is not cached (so the demo can skip), ConfigError if the text is too short."""
+def load_model(model_name: str, ctx):
+    """(model on ctx.device, tokenizer); MissingResource if the model is not cached (the demo skips)."""
     from attnlab.hf.models import load_model_and_tokenizer, resolve_model
 
     try:
@@ -65,7 +65,11 @@ def load_stream(model_name: str, text: str, tokens: int, ctx):
     except UsageError as e:
         raise MissingResource(str(e)) from None
     model, tok = load_model_and_tokenizer(model_name)
-    model.to(ctx.device)
+    return model.to(ctx.device), tok
+
+
+def text_ids(tok, text: str, tokens: int) -> torch.Tensor:
+    """The first ``tokens`` token ids (T,) of ``text`` (a corpus name or file); ConfigError if shorter."""
     lines = read_corpus(text, "text")
     ids, used = [], 0
     while len(ids) < tokens and used < len(lines):  # tokenise only what is needed
@@ -74,7 +78,13 @@ def load_stream(model_name: str, text: str, tokens: int, ctx):
         ids += tok(chunk, add_special_tokens=False)["input_ids"]
     if len(ids) < tokens:
         raise ConfigError(f"text={text} has only {len(ids)} tokens; need tokens={tokens}")
-    return model, torch.tensor(ids[:tokens])
+    return torch.tensor(ids[:tokens])
+
+
+def load_stream(model_name: str, text: str, tokens: int, ctx):
+    """The model (on ctx.device) and the first ``tokens`` token ids (T,) of ``text``."""
+    model, tok = load_model(model_name, ctx)
+    return model, text_ids(tok, text, tokens)
 
 
 def _run(model, ids, label, ctx, chunk=1, positions="rolling", **policy) -> StreamResult:
@@ -138,7 +148,7 @@ def run_streaming(cfg: StreamConfig, ctx) -> Result:
 
 
 @register("h2o-ppl", "H2O heavy hitters vs StreamingLLM sinks at one KV budget, streaming PPL on a real model",
-          H2OConfig, quick={"tokens": 384, "budget": 64, "recent": 32})
+          H2OConfig, quick={"tokens": 384, "budget": 64, "recent": 32, "sweep_recent": (48,)})
 def run_h2o(cfg: H2OConfig, ctx) -> Result:
     model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx)
     b, s, r = cfg.budget, cfg.n_sink, cfg.recent
@@ -151,11 +161,36 @@ def run_h2o(cfg: H2OConfig, ctx) -> Result:
     dense, sinks, h2o, both = ppl.values()
     claims = [check(f"sinks+h2o beats sinks+window at budget {b}: PPL ratio ({both:.3f} / {sinks:.3f})",
                     both / sinks, 1.0, 0.0, "at_most")]
+    # How to split a budget between heavy and recent tokens (users ask): the same budget, other splits
+    split = {r: both}
+    for rr in cfg.sweep_recent:
+        if not 0 < rr < b - s:
+            raise ConfigError(f"sweep_recent {rr} must lie in (0, budget - n_sink) = (0, {b - s})")
+        split[rr] = _run(model, ids, f"sinks+h2o recent {rr}", ctx, name="sinks+h2o", budget=b, n_sink=s,
+                         recent=rr).ppl
+    split = dict(sorted(split.items()))
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "h2o_nll.png")
+    _split_figure(ctx, split, b, s, sinks, dense)
     summary = (f"{cfg.model} on {cfg.tokens} tokens of {cfg.text}, budget {b}, token by token, rolling positions. "
-               "PPL: " + ", ".join(f"{k} {v:.3f}" for k, v in ppl.items()) + ".")
-    return Result(claims, {"ppl": ppl, "tokens_per_s": {k: v.tokens_per_s for k, v in runs.items()}},
-                  {"h2o_nll.png": "NLL per position (mean over 64-token windows); KV bytes stored; tokens/s along the stream."}, summary)
+               "PPL: " + ", ".join(f"{k} {v:.3f}" for k, v in ppl.items()) + ". sinks+h2o by recent window: "
+               + ", ".join(f"{rr} recent {v:.3f}" for rr, v in split.items()) + ".")
+    metrics = {"ppl": ppl, "tokens_per_s": {k: v.tokens_per_s for k, v in runs.items()},
+               "sinks_h2o_ppl_by_recent": {str(rr): v for rr, v in split.items()}}
+    return Result(claims, metrics, {
+        "h2o_nll.png": "NLL per position (mean over 64-token windows); KV bytes stored; tokens/s along the stream.",
+        "h2o_split.png": "sinks+h2o PPL at one budget as the recent window takes more of it (heavy hitters fewer)."},
+        summary)
+
+
+def _split_figure(ctx, split: dict, budget: int, n_sink: int, sinks: float, dense: float) -> None:
+    fig, ax = plt.subplots(figsize=(5, 3.4), layout="constrained")
+    heavy = [budget - n_sink - r for r in split]
+    ax.plot(heavy, list(split.values()), "o-", label=f"sinks({n_sink})+h2o")
+    ax.axhline(sinks, color="C1", ls="--", label=f"sinks({n_sink})+window (0 heavy)")
+    ax.axhline(dense, color="k", ls=":", label="dense")
+    ax.set(xlabel=f"heavy hitters kept (of a budget of {budget})", ylabel="PPL", title="splitting a KV budget")
+    ax.legend(fontsize=7)
+    ctx.savefig(fig, "h2o_split.png")
 
 
 def _smooth(x: np.ndarray, w: int = 64) -> np.ndarray:

@@ -34,6 +34,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnlab.errors import UsageError
+from attnlab.hf.rope_scaling import DYNAMIC_FLAG
 from attnlab.kv.policies import KVPolicy, SlotState
 
 ATTN_NAME = "attnlab_kv"
@@ -53,6 +54,9 @@ class RopeSpec:
     def of(cls, model: torch.nn.Module) -> "RopeSpec":
         for name, mod in model.named_modules():
             if type(mod).__name__.endswith("RotaryEmbedding") and hasattr(mod, "inv_freq"):
+                if getattr(mod, DYNAMIC_FLAG, False):
+                    raise UsageError("rolling positions re-rotate keys with fixed RoPE frequencies, but dynamic NTK "
+                                     "changes them with the length: use --positions original or a static scaling")
                 inv = mod.inv_freq.detach().float().clone()
                 return cls(inv, 2 * inv.numel())
         kind = getattr(model.config, "model_type", "this model")

@@ -1,0 +1,121 @@
+"""RoPE scalings for context extension: each one only computes the rotary frequencies.
+
+RoPE rotates the pair of dimensions (2j, 2j+1) of queries and keys at position m by the angle
+m·θ_j, with θ_j = base^(−2j/d) over the d rotary dims. A model trained on L positions has seen
+angles m·θ_j < L·θ_j only; past L the low frequencies reach angles it never saw, and attention
+breaks. With s = L'/L the target extension factor:
+
+- ``pi``           Positional Interpolation (Chen et al. 2023): θ'_j = θ_j / s, i.e. position m is
+                   read as m/s — every angle back inside the trained range (needs a short fine-tune).
+- ``ntk``          NTK-aware: base' = base · s^(d/(d−2)); the highest frequency is unchanged
+                   (extrapolated), the lowest is divided by s (interpolated). No fine-tuning.
+- ``dynamic-ntk``  NTK with the factor taken from the current length T (transformers' formula):
+                   base' = base · (s·T/L − (s − 1))^(d/(d−2)) for T > L, the original RoPE for T ≤ L.
+- ``yarn``         YaRN (Peng et al. 2023): per dimension, interpolate (θ_j/s) the dims that turn
+                   fewer than β_slow times over L, keep those turning more than β_fast times, ramp
+                   linearly in between; and scale the attention logits by (0.1·ln s + 1)², applied
+                   as 0.1·ln s + 1 on both cos and sin.
+
+Factor 1 is exactly the original RoPE for every scaling. The transformers side (applying a scaling
+to a loaded model, exporting it into its config) is :mod:`attnlab.hf.rope_scaling`.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.errors import UsageError
+
+
+def rope_inv_freq(base: float, dim: int) -> torch.Tensor:
+    """θ_j = base^(−2j/d), j < d/2: (d/2,) float32, computed as transformers does (bit-identical)."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Base: no scaling. ``factor`` s = target context / trained context."""
+
+    factor: float = 1.0
+    name = "none"
+    dynamic = False  # True: the frequencies depend on the current length
+
+    def frequencies(self, base: float, dim: int, original_len: int, seq_len: int | None = None
+                    ) -> tuple[torch.Tensor, float]:
+        """(inv_freq (dim/2,) float32, attention factor multiplying cos and sin)."""
+        return rope_inv_freq(base, dim), 1.0
+
+    def describe(self) -> str:
+        return self.name if self.name == "none" else f"{self.name}(s={self.factor:g})"
+
+
+@dataclass(frozen=True)
+class PI(RopeScaling):
+    name = "pi"
+
+    def frequencies(self, base, dim, original_len, seq_len=None):
+        return rope_inv_freq(base, dim) / self.factor, 1.0
+
+
+@dataclass(frozen=True)
+class NTK(RopeScaling):
+    name = "ntk"
+
+    def scaled_base(self, base: float, dim: int) -> float:
+        return base * self.factor ** (dim / (dim - 2))
+
+    def frequencies(self, base, dim, original_len, seq_len=None):
+        return rope_inv_freq(self.scaled_base(base, dim), dim), 1.0
+
+
+@dataclass(frozen=True)
+class DynamicNTK(RopeScaling):
+    name = "dynamic-ntk"
+    dynamic = True
+
+    def frequencies(self, base, dim, original_len, seq_len=None):
+        t = max(seq_len or original_len, original_len)
+        if t == original_len:  # within the trained context: the original RoPE, exactly
+            return rope_inv_freq(base, dim), 1.0
+        alpha = self.factor * t / original_len - (self.factor - 1)
+        return rope_inv_freq(base * alpha ** (dim / (dim - 2)), dim), 1.0
+
+
+@dataclass(frozen=True)
+class YaRN(RopeScaling):
+    beta_fast: float = 32.0  # dims turning more than this many times over L: kept (extrapolated)
+    beta_slow: float = 1.0  # dims turning fewer times: interpolated by s
+    name = "yarn"
+
+    def frequencies(self, base, dim, original_len, seq_len=None):
+        if self.factor == 1:  # the blend below is exact only up to rounding
+            return rope_inv_freq(base, dim), 1.0
+        wavelength = base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim)  # 1 / θ_j
+        extrapolated, interpolated = 1.0 / wavelength, 1.0 / (self.factor * wavelength)
+        # the dim index at which a frequency turns `rot` times over L (inverted θ_j·L = 2π·rot)
+        def dim_of(rot: float) -> float:
+            return dim * math.log(original_len / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = max(math.floor(dim_of(self.beta_fast)), 0), min(math.ceil(dim_of(self.beta_slow)), dim - 1)
+        high = high + 0.001 if high == low else high  # no division by zero when the range collapses
+        ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # 0: keep, 1: interp.
+        inv = interpolated * ramp + extrapolated * (1 - ramp)
+        return inv, 0.1 * math.log(self.factor) + 1.0
+
+
+SCALINGS = {"none": RopeScaling, "pi": PI, "ntk": NTK, "dynamic-ntk": DynamicNTK, "yarn": YaRN}
+
+
+def make_scaling(name: str, factor: float = 1.0) -> RopeScaling:
+    """A scaling by name; one-line errors for unknown names and factors below 1."""
+    if name not in SCALINGS:
+        close = difflib.get_close_matches(name, list(SCALINGS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"unknown RoPE scaling {name!r}{hint} (choose from {', '.join(SCALINGS)})")
+    if not factor >= 1:
+        raise UsageError(f"scaling factor {factor}: give s >= 1 (the target context over the trained one); "
+                         "s < 1 would shrink the context")
+    return SCALINGS[name](factor=float(factor))

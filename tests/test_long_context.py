@@ -1,0 +1,182 @@
+"""Passkey prompts and retrieval, sliding-window long-context perplexity (tiny models, no network)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.errors import UsageError
+from attnlab.hf.longppl import long_ppl, window_offsets
+from attnlab.hf.passkey import PasskeyPrompts, answer_of, check_fits, passkey_cases, retrieve
+from attnlab.hf.rope_scaling import ScaledRope
+from attnlab.rope.scalings import make_scaling
+from test_models import byte_tokenizer, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return PasskeyPrompts(byte_tokenizer())
+
+
+def test_cases_are_a_fixed_grid_with_fixed_keys():
+    a, b = passkey_cases([400, 800], [0.0, 0.5, 1.0], 2, seed=0), passkey_cases([400, 800], [0.0, 0.5, 1.0], 2, seed=0)
+    assert a == b and len(a) == 12
+    assert all(1 <= c.key <= 50000 for c in a)
+    assert len({c.key for c in a}) > 1
+
+
+@pytest.mark.parametrize("length", [400, 777, 1500])
+@pytest.mark.parametrize("depth", [0.0, 0.3, 1.0])
+def test_prompt_has_the_exact_length_and_the_key_at_its_depth(prompts, length, depth):
+    case = passkey_cases([length], [depth], 1, seed=4)[0]
+    ids = prompts.build(case)
+    assert len(ids) == length
+    key = prompts.key_sentence(case.key)
+    starts = [i for i in range(len(ids) - len(key) + 1) if ids[i:i + len(key)] == key]
+    assert len(starts) == 1
+    assert ids[:len(prompts.head)] == prompts.head and ids[-len(prompts.question):] == prompts.question
+    body = len(ids) - len(prompts.head) - len(key) - len(prompts.question)
+    rel = (starts[0] - len(prompts.head)) / body  # where the key sits inside the filler
+    assert abs(rel - depth) <= len(prompts.filler) / body + 1e-9
+    text = byte_tokenizer().decode(ids)
+    assert f"The pass key is {case.key}. Remember it. {case.key} is the pass key." in text
+    assert text.endswith("What is the pass key? The pass key is")
+
+
+def test_too_short_prompts_and_too_long_prefills_are_refused(prompts):
+    with pytest.raises(UsageError, match="at least"):
+        prompts.build(passkey_cases([50], [0.5], 1)[0])
+    with pytest.raises(UsageError, match="shorter --lengths"):
+        check_fits(tiny_llama().config, 10 ** 12)
+
+
+@pytest.mark.parametrize("text, key", [(" 4821. Remember", 4821), ("is 17 and 3", 17), (" none", None)])
+def test_answer_is_the_first_integer(text, key):
+    assert answer_of(text) == key
+
+
+def test_retrieve_is_greedy_generate():
+    model, tok = tiny_llama(), byte_tokenizer()
+    ids = torch.randint(0, 255, (60,), generator=torch.Generator().manual_seed(0)).tolist()
+    with torch.no_grad():
+        ref = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)[0, 60:]
+    assert retrieve(model, tok, ids, max_new=8) == tok.decode(ref.tolist(), skip_special_tokens=True)
+
+
+# -- long-context perplexity ----------------------------------------------------------------------
+def _classic(model, ids, n, stride, offsets):
+    """The protocol spelled out: per window, a full forward and the NLL of its last stride tokens."""
+    out = []
+    for o in offsets:
+        with torch.no_grad():
+            logits = model(ids[None, o:o + n]).logits[0, :-1]
+        nll = -F.log_softmax(logits, -1).gather(-1, ids[o + 1:o + n, None])[:, 0]
+        out.append(float(nll[-stride:].mean()))
+    return out
+
+
+def test_one_forward_serves_every_length_exactly():
+    model = tiny_llama()
+    ids = torch.randint(0, 300, (200,), generator=torch.Generator().manual_seed(2))
+    lengths, stride = [32, 48, 96], 16
+    res = long_ppl(model, ids, lengths, stride=stride)
+    offsets = window_offsets(200, 96, stride, None)
+    assert offsets == list(range(0, 200 - 96 + 1, 16))
+    for n in lengths:
+        np.testing.assert_allclose(res.nll[n], _classic(model, ids, n, stride, offsets), atol=1e-5)
+        assert res.ppl(n) == pytest.approx(math.exp(np.mean(res.nll[n])))
+    # per-length forwards (what dynamic NTK needs) give the same numbers for a static RoPE
+    per = long_ppl(model, ids, lengths, stride=stride, per_length_forward=True)
+    for n in lengths:
+        np.testing.assert_allclose(per.nll[n], res.nll[n], atol=1e-5)
+
+
+def test_dynamic_ntk_needs_one_forward_per_length():
+    """Dynamic NTK follows the forward's length: a 48-token window (inside the trained 64) must be
+    scored with the original RoPE, which only per-length forwards do; the shared 96-token forward
+    rescales it."""
+    model = tiny_llama()
+    ids = torch.randint(0, 300, (120,), generator=torch.Generator().manual_seed(2))
+    plain = long_ppl(model, ids, [48, 96], stride=16, windows=2)
+    with ScaledRope(model, make_scaling("dynamic-ntk", 2.0)):
+        one = long_ppl(model, ids, [48, 96], stride=16, windows=2)
+        per = long_ppl(model, ids, [48, 96], stride=16, windows=2, per_length_forward=True)
+    np.testing.assert_allclose(per.nll[48], plain.nll[48], atol=1e-6)
+    np.testing.assert_allclose(one.nll[96], per.nll[96], atol=1e-6)  # the same forward at the longest length
+    assert not np.allclose(one.nll[48], plain.nll[48], atol=1e-7, rtol=0)
+
+
+def test_window_cap_and_too_short_text():
+    assert window_offsets(1000, 100, 10, 3) == [0, 450, 900]
+    with pytest.raises(UsageError, match="longer --text"):
+        window_offsets(50, 100, 10, None)
+
+
+# -- the commands ---------------------------------------------------------------------------------
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    from test_models import save_hf
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "text.txt").write_text("the cat sat on the mat and the dog ran to the cat. " * 40)
+    return save_hf(tmp_path / "m"), tmp_path / "text.txt"
+
+
+def test_passkey_command_writes_every_cell(folder, tmp_path, capsys):
+    import json
+
+    from attnlab.cli import main
+
+    model, _ = folder
+    out = tmp_path / "pk"
+    assert main(["passkey", "--model", str(model), "--scalings", "none,ntk,yarn", "--factor", "4",
+                 "--lengths", "400,500", "--depths", "0,1", "--samples", "2", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["passkey"]) == {"none", "ntk(s=4)", "yarn(s=4)"}
+    cells = m["passkey"]["ntk(s=4)"]
+    assert len(cells) == 2 * 2 * 2 and all(c["correct"] == (c["answer"] == c["key"]) for c in cells)
+    assert [c["key"] for c in cells] == [c["key"] for c in m["passkey"]["none"]]  # same prompts for every scaling
+    assert (out / "passkey.png").stat().st_size > 0
+    assert "passkey accuracy" in capsys.readouterr().out
+
+
+def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path):
+    import json
+
+    from attnlab.cli import main
+
+    model, text = folder
+    out = tmp_path / "lp"
+    assert main(["longppl", "--model", str(model), "--text", str(text), "--scalings", "none,pi,dynamic-ntk",
+                 "--factor", "2", "--lengths", "32,64,128", "--stride", "16", "--windows", "2", "--out", str(out)]) == 0
+    ppl = json.loads((out / "metrics.json").read_text())["ppl"]
+    assert set(ppl) == {"none", "pi(s=2)", "dynamic-ntk(s=2)"}
+    assert all(set(v) == {"32", "64", "128"} and all(math.isfinite(x) for x in v.values()) for v in ppl.values())
+    assert (out / "longppl.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("cmd, argv, message", [
+    ("passkey", ["--factor", "0.5"], "s >= 1"),
+    ("passkey", ["--scalings", "none,ntkk"], "did you mean 'ntk'"),
+    ("passkey", ["--lengths", "100000000000"], "shorter --lengths"),
+    ("longppl", ["--model", "GPT2"], "no rotary position embedding"),
+    ("longppl", ["--lengths", "64", "--stride", "128"], "every length >= the stride"),
+])
+def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cmd, argv, message):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from attnlab.cli import main
+
+    model, text = folder
+    if "GPT2" in argv:
+        g = tmp_path / "gpt2"
+        GPT2LMHeadModel(GPT2Config(vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=128)).save_pretrained(g)
+        byte_tokenizer().save_pretrained(g)
+        argv = [a if a != "GPT2" else str(g) for a in argv]
+    base = [cmd, "--model", str(model), "--out", str(tmp_path / "o")] + (["--text", str(text)] if cmd == "longppl" else [])
+    assert main(base + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
