@@ -11,7 +11,7 @@ from attnlab.hf.longppl import long_ppl, window_offsets
 from attnlab.hf.passkey import PasskeyPrompts, answer_of, check_fits, passkey_cases, retrieve
 from attnlab.hf.rope_scaling import ScaledRope
 from attnlab.rope.scalings import make_scaling
-from test_models import byte_tokenizer, tiny_llama
+from test_models import byte_tokenizer, save_gpt2, tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -165,18 +165,43 @@ def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path):
     ("longppl", ["--lengths", "64", "--stride", "128"], "every length >= the stride"),
 ])
 def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cmd, argv, message):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     from attnlab.cli import main
 
     model, text = folder
     if "GPT2" in argv:
-        g = tmp_path / "gpt2"
-        GPT2LMHeadModel(GPT2Config(vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=128)).save_pretrained(g)
-        byte_tokenizer().save_pretrained(g)
+        g = save_gpt2(tmp_path / "gpt2")
         argv = [a if a != "GPT2" else str(g) for a in argv]
     base = [cmd, "--model", str(model), "--out", str(tmp_path / "o")] + (["--text", str(text)] if cmd == "longppl" else [])
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_pi_finetune_runs_small_and_saves_its_scaling(tmp_path, monkeypatch):
+    """The experiment end to end at toy size: two claims, the curves, and a PI model that reloads
+    with linear RoPE scaling in its config."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from attnlab.cli import main
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat and the dog ran to the cat.\n" * 200)
+    sets = {"train": text, "valid": text, "vocab_size": 300, "d_model": 16, "layers": 1, "heads": 2, "kv_heads": 1,
+            "d_ffn": 32, "short": 16, "long": 64, "base_steps": 6, "finetune_steps": 10, "eval_every": 5,
+            "eval_batches": 2, "batch_size": 2}
+    out = tmp_path / "pi"
+    argv = ["reproduce", "pi-finetune", "--out", str(out)] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    assert main(argv) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert len(m["claims"]) == 2 and m["steps"] == [0, 5, 10]
+    assert len(m["ppl_direct"]) == len(m["ppl_pi"]) == 3 and m["ppl_direct"][0] != m["ppl_pi"][0]
+    cfg = json.loads((out / "pi_model" / "config.json").read_text())
+    assert cfg["rope_parameters"]["rope_type"] == "linear" and cfg["rope_parameters"]["factor"] == 4.0
+    reloaded = AutoModelForCausalLM.from_pretrained(out / "pi_model")
+    pi_freq, _ = make_scaling("pi", 4.0).frequencies(10000.0, 8, 16)  # head dim 16 / 2 heads
+    torch.testing.assert_close(reloaded.model.rotary_emb.inv_freq, pi_freq, atol=0, rtol=1e-6)
+    assert (out / "pi_finetune.png").stat().st_size > 0

@@ -39,6 +39,15 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok)
 
 
+def save_gpt2(folder):
+    """A tiny GPT-2 folder (learned absolute positions, no RoPE) with the byte tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=128)).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
 def save_hf(folder, seed=0, tokenizer=True):
     tiny_llama(seed).save_pretrained(folder)
     if tokenizer:

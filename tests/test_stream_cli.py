@@ -5,13 +5,12 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from attnlab.cli import main
 from attnlab.hf.kv_cache import PolicyCache
 from attnlab.hf.streaming import recompute_nll, stream_nll
 from attnlab.kv.policies import make_policy
-from test_models import byte_tokenizer, save_hf, tiny_llama
+from test_models import save_gpt2, save_hf, tiny_llama
 
 TEXT = "the cat sat on the mat and the dog ran to the cat. " * 20
 
@@ -47,9 +46,7 @@ def test_stream_writes_metrics_and_evicting_cache_holds_less(setup, tmp_path, ca
 def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, message):
     model, text = setup
     if "GPT2" in argv:
-        g = tmp_path / "gpt2"
-        GPT2LMHeadModel(GPT2Config(vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=128)).save_pretrained(g)
-        byte_tokenizer().save_pretrained(g)
+        g = save_gpt2(tmp_path / "gpt2")
         argv = [a if a != "GPT2" else str(g) for a in argv]
     base = ["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--out", str(tmp_path / "o")]
     assert main(base + argv) == 2

@@ -25,6 +25,7 @@ EXPERIMENT_MODULES = (
     "attnlab.lm.exp_joma_text",
     "attnlab.hf.exp_streaming",
     "attnlab.hf.exp_rope",
+    "attnlab.lm.exp_pi_finetune",
 )
 
 
