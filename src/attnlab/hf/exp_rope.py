@@ -98,6 +98,7 @@ def passkey_figure(ctx, results: dict[str, list[PasskeyResult]], trained: int, n
 
 def run_longppl(model, ids, scalings: list[RopeScaling], lengths: list[int], stride: int, windows: int | None,
                 ctx) -> dict[str, LongPPL]:
+    check_fits(model.config, max(lengths), ctx.device)
     out = {}
     for s in scalings:
         with ScaledRope(model, s), ctx.progress(windows or 0, f"longppl {s.describe()}") as bar:

@@ -48,7 +48,8 @@ def scored_nll(model, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
     given all tokens before it, one forward. Only those P rows of logits are computed (a 16k-token
     forward with every row would hold 16k × vocab floats)."""
     device = next(model.parameters()).device
-    logits = model(ids[None].to(device), logits_to_keep=(positions - 1).to(device)).logits[0].float()  # (P, V)
+    logits = model(ids[None].to(device), logits_to_keep=(positions - 1).to(device),
+                   use_cache=False).logits[0].float()  # (P, V)
     return -F.log_softmax(logits, -1).gather(-1, ids[positions, None].to(device))[:, 0].double().cpu()
 
 

@@ -72,6 +72,7 @@ def cmd_rope(args, argv: list[str]) -> int:
     from attnlab.experiments.runner import RunContext, check_device, staged_output
     from attnlab.hf import exp_rope
     from attnlab.hf.exp_streaming import load_model, text_ids
+    from attnlab.hf.passkey import passkey_cases
     from attnlab.hf.rope_scaling import ScaledRope
 
     scalings = exp_rope.load_scalings([s.strip() for s in args.scalings.split(",") if s.strip()], args.factor)
@@ -90,7 +91,7 @@ def cmd_rope(args, argv: list[str]) -> int:
     metrics = {"command": "attnlab " + " ".join(shlex.quote(a) for a in argv), "model": args.model,
                "trained_context": trained, "factor": args.factor, "claims": []}
     if args.command == "passkey":
-        cases = exp_rope.passkey_cases(args.lengths, args.depths, args.samples, args.seed)
+        cases = passkey_cases(args.lengths, args.depths, args.samples, args.seed)
         with staged_output(args.out) as stage:
             ctx.out = stage
             results = exp_rope.run_passkey(model, tok, scalings, cases, ctx, ctx.device)
