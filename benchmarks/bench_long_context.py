@@ -1,9 +1,9 @@
 """Wall time of one passkey grid cell and one long-context perplexity window, by prompt length.
 
 A passkey cell is one prefill of the whole prompt (one forward, last-position logits only) plus
-10 greedy decode steps; a perplexity window is one forward scoring 256 positions. Timed for no
-scaling and NTK (the scalings change only the rotary frequencies, so their costs match; dynamic
-NTK's per-length forwards multiply the window count, not the cell time). Peak memory is the
+10 greedy decode steps; a perplexity window is one forward scoring 256 positions. Timed without
+scaling: a scaling changes only the rotary frequencies (32 numbers), not the work (dynamic NTK's
+per-length forwards multiply the number of windows, not the cost of one). Peak memory is the
 process's maximum resident set after each length.
 
     python benchmarks/bench_long_context.py                          # SmolLM2, 4k, 8k, 16k
@@ -21,8 +21,6 @@ from attnlab.hf.exp_streaming import text_ids
 from attnlab.hf.longppl import scored_nll
 from attnlab.hf.models import load_model_and_tokenizer
 from attnlab.hf.passkey import PasskeyPrompts, passkey_cases, retrieve
-from attnlab.hf.rope_scaling import ScaledRope
-from attnlab.rope.scalings import make_scaling
 
 
 def _sync(device):
@@ -43,24 +41,23 @@ def main():
     prompts = PasskeyPrompts(tok)
     ids = text_ids(tok, args.text, max(lengths))
     print(f"# {args.model} on {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print("| prompt tokens | scaling | passkey cell (prefill + 10 tokens) | PPL window (256 scored) | peak RSS GiB |")
-    print("|---|---|---|---|---|")
+    print("| prompt tokens | passkey cell (prefill + 10 tokens) | PPL window (256 scored) | peak RSS GiB |")
+    print("|---|---|---|---|")
     for n in lengths:
         case = passkey_cases([n], [0.5], 1)[0]
         built = prompts.build(case)
-        for name in ("none", "ntk"):
-            with ScaledRope(model, make_scaling(name, 1.0 if name == "none" else 2.0)), torch.no_grad():
-                _sync(args.device)
-                t0 = time.perf_counter()
-                retrieve(model, tok, built)
-                _sync(args.device)
-                t_cell = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                scored_nll(model, ids[:n], torch.arange(n - 256, n))
-                _sync(args.device)
-                t_ppl = time.perf_counter() - t0
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-            print(f"| {n} | {name} | {t_cell:.1f} s | {t_ppl:.1f} s | {rss:.1f} |", flush=True)
+        with torch.no_grad():
+            _sync(args.device)
+            t0 = time.perf_counter()
+            retrieve(model, tok, built)
+            _sync(args.device)
+            t_cell = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            scored_nll(model, ids[:n], torch.arange(n - 256, n))
+            _sync(args.device)
+            t_ppl = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(f"| {n} | {t_cell:.1f} s | {t_ppl:.1f} s | {rss:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ EPILOG = """examples:
 
 --factor s is the target context over the trained one (s >= 1); every scaling but none uses it.
 A prompt of N tokens costs one prefill of N tokens per scaling: on a 2-core CPU about {cpu}."""
-CPU_COST = "10 s at 4k, 40 s at 8k and 2.5 min at 16k tokens for SmolLM2"
+CPU_COST = "7 s at 4k, 19 s at 8k and 60 s at 16k tokens for SmolLM2 (benchmarks/README.md)"
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -39,7 +39,7 @@ class PIFinetuneConfig:
     short: int = 256  # the context it is trained at
     long: int = 1024  # the context it is extended to
     batch_size: int = 8
-    base_steps: int = 2000
+    base_steps: int = 1000
     base_lr: float = 1e-3
     finetune_steps: int = 200
     finetune_lr: float = 3e-4
