@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.errors import UsageError
-from attnlab.hf.longppl import long_ppl, window_offsets
+from attnlab.hf.longppl import long_ppl, window_ends
 from attnlab.hf.passkey import PasskeyPrompts, answer_of, check_fits, passkey_cases, retrieve
 from attnlab.hf.rope_scaling import ScaledRope
 from attnlab.rope.scalings import make_scaling
@@ -66,52 +66,46 @@ def test_retrieve_is_greedy_generate():
 
 
 # -- long-context perplexity ----------------------------------------------------------------------
-def _classic(model, ids, n, stride, offsets):
-    """The protocol spelled out: per window, a full forward and the NLL of its last stride tokens."""
+def _classic(model, ids, n, stride, ends):
+    """The protocol spelled out: per window of n tokens ending at e, a full forward and the NLL of
+    its last stride tokens."""
     out = []
-    for o in offsets:
+    for e in ends:
         with torch.no_grad():
-            logits = model(ids[None, o:o + n]).logits[0, :-1]
-        nll = -F.log_softmax(logits, -1).gather(-1, ids[o + 1:o + n, None])[:, 0]
+            logits = model(ids[None, e - n:e]).logits[0, :-1]
+        nll = -F.log_softmax(logits, -1).gather(-1, ids[e - n + 1:e, None])[:, 0]
         out.append(float(nll[-stride:].mean()))
     return out
 
 
-def test_one_forward_serves_every_length_exactly():
+def test_long_ppl_is_the_sliding_window_protocol_on_the_same_tokens():
     model = tiny_llama()
     ids = torch.randint(0, 300, (200,), generator=torch.Generator().manual_seed(2))
     lengths, stride = [32, 48, 96], 16
     res = long_ppl(model, ids, lengths, stride=stride)
-    offsets = window_offsets(200, 96, stride, None)
-    assert offsets == list(range(0, 200 - 96 + 1, 16))
+    ends = window_ends(200, 96, stride, None)
+    assert ends == list(range(96, 201, 16))  # every length scores tokens e-16 .. e-1 of the same ends
     for n in lengths:
-        np.testing.assert_allclose(res.nll[n], _classic(model, ids, n, stride, offsets), atol=1e-5)
+        np.testing.assert_allclose(res.nll[n], _classic(model, ids, n, stride, ends), atol=1e-5)
         assert res.ppl(n) == pytest.approx(math.exp(np.mean(res.nll[n])))
-    # per-length forwards (what dynamic NTK needs) give the same numbers for a static RoPE
-    per = long_ppl(model, ids, lengths, stride=stride, per_length_forward=True)
-    for n in lengths:
-        np.testing.assert_allclose(per.nll[n], res.nll[n], atol=1e-5)
 
 
-def test_dynamic_ntk_needs_one_forward_per_length():
-    """Dynamic NTK follows the forward's length: a 48-token window (inside the trained 64) must be
-    scored with the original RoPE, which only per-length forwards do; the shared 96-token forward
-    rescales it."""
+def test_dynamic_ntk_is_scored_at_each_length_own_frequencies():
+    """Dynamic NTK follows the forward's length: a 48-token window (inside the trained 64) is
+    scored with the original RoPE, a 96-token one with rescaled frequencies."""
     model = tiny_llama()
     ids = torch.randint(0, 300, (120,), generator=torch.Generator().manual_seed(2))
     plain = long_ppl(model, ids, [48, 96], stride=16, windows=2)
     with ScaledRope(model, make_scaling("dynamic-ntk", 2.0)):
-        one = long_ppl(model, ids, [48, 96], stride=16, windows=2)
-        per = long_ppl(model, ids, [48, 96], stride=16, windows=2, per_length_forward=True)
-    np.testing.assert_allclose(per.nll[48], plain.nll[48], atol=1e-6)
-    np.testing.assert_allclose(one.nll[96], per.nll[96], atol=1e-6)  # the same forward at the longest length
-    assert not np.allclose(one.nll[48], plain.nll[48], atol=1e-7, rtol=0)
+        dyn = long_ppl(model, ids, [48, 96], stride=16, windows=2)
+    np.testing.assert_allclose(dyn.nll[48], plain.nll[48], atol=1e-6)
+    assert not np.allclose(dyn.nll[96], plain.nll[96], atol=1e-7, rtol=0)
 
 
 def test_window_cap_and_too_short_text():
-    assert window_offsets(1000, 100, 10, 3) == [0, 450, 900]
+    assert window_ends(1000, 100, 10, 3) == [100, 550, 1000]
     with pytest.raises(UsageError, match="longer --text"):
-        window_offsets(50, 100, 10, None)
+        window_ends(50, 100, 10, None)
 
 
 # -- the commands ---------------------------------------------------------------------------------
@@ -205,3 +199,24 @@ def test_pi_finetune_runs_small_and_saves_its_scaling(tmp_path, monkeypatch):
     pi_freq, _ = make_scaling("pi", 4.0).frequencies(10000.0, 8, 16)  # head dim 16 / 2 heads
     torch.testing.assert_close(reloaded.model.rotary_emb.inv_freq, pi_freq, atol=0, rtol=1e-6)
     assert (out / "pi_finetune.png").stat().st_size > 0
+
+
+def test_rope_experiments_state_their_claims(folder, tmp_path):
+    """rope-zero-shot end to end on the tiny model (trained context 64): 4 passkey claims (PI has
+    none), the PPL blow-up, 3 bounded curves and PI vs NTK at short range; passkey: its 4."""
+    import json
+
+    from attnlab.cli import main
+
+    model, text = folder
+    sets = {"model": model, "text": text, "lengths": "400", "depths": "0,1", "samples": 1,
+            "ppl_lengths": "32,64,128", "stride": 16, "windows": 1}
+    for name, n_claims in (("rope-zero-shot", 9), ("passkey", 4)):
+        out = tmp_path / name
+        argv = ["reproduce", name, "--out", str(out)]
+        argv += [a for k, v in sets.items() if name == "rope-zero-shot" or k in ("model", "lengths", "depths",
+                                                                                 "samples") for a in ("--set", f"{k}={v}")]
+        assert main(argv) == 0
+        claims = json.loads((out / "metrics.json").read_text())["claims"]
+        assert len(claims) == n_claims
+        assert all({"measured", "expected", "tolerance", "holds"} <= set(c) for c in claims)

@@ -1,15 +1,14 @@
-"""Long-context perplexity by sliding windows (stride 256), at several context lengths at once.
+"""Long-context perplexity by sliding windows (stride 256), at several context lengths.
 
 The protocol (PI, YaRN): at context length C, windows of C tokens slide over the document by
 ``stride``; each window scores its last ``stride`` tokens, so every scored token sees between
-C − stride and C tokens of context. A model is causal, so the NLL of the token at window position
-p does not depend on the tokens after it: one forward over C_max tokens from offset o gives, for
-every C ≤ C_max, exactly the scores of the window (o, C) — tokens o + C − stride … o + C − 1.
-One prefill per offset thus serves every length. (Dynamic NTK is the exception: its frequencies
-depend on the forward's length, so it gets one forward per length.)
-
-Offsets step by ``stride`` from the document's start, as in the protocol; ``windows`` caps how
-many are used (evenly spaced among them) when the full protocol is too slow for the machine.
+C − stride and C tokens of context, and over the whole document every length scores the same
+tokens. When only a few windows can be afforded (a 16k-token forward takes a minute on a 2-core
+CPU), they are taken *aligned by their end*: the window of length C ending at e scores tokens
+e − stride … e − 1 for every C, so the lengths are compared on the same tokens — otherwise a
+difference in PPL between lengths would partly be a difference in text. Ends step by ``stride``
+from the longest length on; ``windows`` keeps that many of them, evenly spaced (None: all, the
+full protocol). Each (end, length) is one forward that computes logits only at the scored rows.
 """
 from __future__ import annotations
 
@@ -32,14 +31,15 @@ class LongPPL:
         return math.exp(float(np.mean(self.nll[length])))
 
 
-def window_offsets(n_tokens: int, max_len: int, stride: int, windows: int | None) -> list[int]:
-    offsets = list(range(0, n_tokens - max_len + 1, stride))
-    if not offsets:
+def window_ends(n_tokens: int, max_len: int, stride: int, windows: int | None) -> list[int]:
+    """Where the scored blocks end: every stride from the longest length on, or ``windows`` of them."""
+    ends = list(range(max_len, n_tokens + 1, stride))
+    if not ends:
         raise UsageError(f"the text has {n_tokens} tokens, fewer than the longest context {max_len}: "
                          "use a longer --text or shorter --lengths")
-    if windows is not None and windows < len(offsets):
-        offsets = [offsets[i] for i in np.linspace(0, len(offsets) - 1, windows).round().astype(int)]
-    return offsets
+    if windows is not None and windows < len(ends):
+        ends = [ends[i] for i in np.linspace(0, len(ends) - 1, windows).round().astype(int)]
+    return ends
 
 
 @torch.no_grad()
@@ -54,23 +54,15 @@ def scored_nll(model, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
 
 
 def long_ppl(model, ids: torch.Tensor, lengths: list[int], stride: int = 256, windows: int | None = None,
-             per_length_forward: bool = False, progress=None) -> LongPPL:
+             progress=None) -> LongPPL:
     """Sliding-window perplexity of ``ids`` (T,) at each context length in ``lengths``."""
     lengths = sorted(lengths)
     if lengths[0] < stride:
         raise UsageError(f"context length {lengths[0]} is shorter than the stride {stride}")
-    offsets = window_offsets(ids.numel(), lengths[-1], stride, windows)
-    scored = {n: torch.arange(n - stride, n) for n in lengths}  # window positions each length scores
     nll: dict[int, list[float]] = {n: [] for n in lengths}
-    for o in offsets:
-        if per_length_forward:
-            for n in lengths:
-                nll[n].append(float(scored_nll(model, ids[o:o + n], scored[n]).mean()))
-        else:
-            union = torch.unique(torch.cat(list(scored.values())))  # sorted
-            per_pos = dict(zip(union.tolist(), scored_nll(model, ids[o:o + lengths[-1]], union).tolist()))
-            for n in lengths:
-                nll[n].append(float(np.mean([per_pos[p] for p in scored[n].tolist()])))
-        if progress is not None:
-            progress.update(1)
+    for e in window_ends(ids.numel(), lengths[-1], stride, windows):
+        for n in lengths:  # the window of length n ending at e: the same scored tokens for every n
+            nll[n].append(float(scored_nll(model, ids[e - n:e], torch.arange(n - stride, n)).mean()))
+            if progress is not None:
+                progress.update(1)
     return LongPPL(lengths, nll)

@@ -65,7 +65,8 @@ def add_parser(sub) -> None:
     q.add_argument("--tokens", type=int, default=None,
                    help="tokens of the text the windows slide over (default: twice the longest length)")
     q.add_argument("--windows", type=int, default=2,
-                   help="window offsets used, evenly spaced (default 2; 0: every stride, the full protocol)")
+                   help="scored blocks, evenly spaced, each scored at every length (default 2; 0: every "
+                        "stride, the full protocol)")
 
 
 def cmd_rope(args, argv: list[str]) -> int:
