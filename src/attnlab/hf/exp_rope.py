@@ -113,7 +113,9 @@ def longppl_figure(ctx, curves: dict[str, LongPPL], trained: int, name: str = "l
     ax.axvline(trained, color="k", ls=":", lw=1, label=f"trained context {trained}")
     ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="PPL (last 256 tokens of each window)",
            title="long-context perplexity")
-    ax.set_xticks([n for n in next(iter(curves.values())).lengths], [str(n) for n in next(iter(curves.values())).lengths])
+    lengths = next(iter(curves.values())).lengths
+    ax.minorticks_off()  # the log axis' own labels would overprint the lengths
+    ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.legend(fontsize=7)
     ctx.savefig(fig, name)
 
