@@ -22,7 +22,7 @@ from attnlab.errors import UsageError
 DEMO_EXPERIMENTS: tuple[str, ...] | None = None  # None: every registered experiment
 
 EPILOG = """examples:
-  attnlab demo                                   # ~1 minute on 2 CPU cores; prints where the report is
+  attnlab demo                                   # 1-3 minutes on 2 CPU cores; prints where the report is
   attnlab reproduce --list
   attnlab reproduce scansnap-fig6 --out runs/fig6
   attnlab reproduce scansnap-fig6 --out runs/fig6-quick --seeds 3 --set num_last=1,3 --set sgd.steps=50
