@@ -50,9 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="run every experiment on its quick default and write one report (report.md + index.html)",
+        help="run the experiments on their quick defaults and write one report (report.md + index.html)",
         description="Run every registered experiment (quick settings where an experiment has them) into one "
-        "folder, with report.md and an index.html that shows every figure and every claim with ✓/✗.",
+        "folder, with report.md and an index.html that shows every figure and every claim with ✓/✗. The "
+        "long-context ones (passkey, rope-zero-shot, pi-finetune) take too long for a demo: run them with "
+        "`attnlab reproduce`.",
     )
     demo.add_argument("--out", default="attnlab-demo", type=Path, help="report folder (default: ./attnlab-demo)")
     demo.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
