@@ -36,12 +36,11 @@ class PasskeyResult:
         return self.answer == self.case.key
 
 
-def run_passkey(model, tok, scalings: list[RopeScaling], cases: list[PasskeyCase], ctx, device: str = "cpu"
+def run_passkey(model, tok, scalings: list[RopeScaling], cases: list[PasskeyCase], ctx
                 ) -> dict[str, list[PasskeyResult]]:
     """Every case under every scaling: one prefill per (case, scaling), prompts tokenised once."""
     prompts = PasskeyPrompts(tok)
-    for n in sorted({c.length for c in cases}):
-        check_fits(model.config, n, device)  # refuse before the first long prefill, not after an hour
+    check_fits(model.config, max(c.length for c in cases), ctx.device)  # refuse now, not after an hour
     built = {c: prompts.build(c) for c in cases}
     out: dict[str, list[PasskeyResult]] = {}
     with ctx.progress(len(cases) * len(scalings), "passkey") as bar:
@@ -151,19 +150,22 @@ class ZeroShotConfig(PasskeyConfig):
     bounded: float = 1.5  # the NTK family: the same ratio <= 1.5
 
 
-def _passkey_claims(cfg, results, trained: int) -> list:
+NO_FINETUNE = ("ntk", "dynamic-ntk", "yarn")  # the scalings claimed to work without fine-tuning
+
+
+def _passkey_claims(cfg, scalings: list[RopeScaling], results, trained: int) -> list:
     longest = max(cfg.lengths)
     claims = []
     if longest <= trained:  # the claims are about prompts past the trained window (quick mode is not)
         return claims
-    for name, rows in results.items():
-        acc = accuracy_at(rows, longest)
-        if name == "none":
+    for s in scalings:
+        acc = accuracy_at(results[s.describe()], longest)
+        if s.name == "none":
             claims.append(check(f"no scaling fails passkey at {longest} tokens ({longest / trained:g}x its "
                                 f"{trained}-token window): accuracy", acc, cfg.max_accuracy_unscaled, 0.0, "at_most"))
-        elif not name.startswith("pi"):
-            claims.append(check(f"{name} keeps passkey at {longest} tokens without fine-tuning: accuracy", acc,
-                                cfg.min_accuracy, 0.0, "at_least"))
+        elif s.name in NO_FINETUNE:
+            claims.append(check(f"{s.describe()} keeps passkey at {longest} tokens without fine-tuning: accuracy",
+                                acc, cfg.min_accuracy, 0.0, "at_least"))
     return claims
 
 
@@ -182,10 +184,9 @@ def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
     scalings = _scalings(cfg)
     model, tok = load_model(cfg.model, ctx)
     trained = model.config.max_position_embeddings
-    results = run_passkey(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed), ctx,
-                          ctx.device)
+    results = run_passkey(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed), ctx)
     passkey_figure(ctx, results, trained)
-    claims = _passkey_claims(cfg, results, trained)
+    claims = _passkey_claims(cfg, scalings, results, trained)
     summary = (f"{cfg.model} (trained context {trained}), factor {cfg.factor:g}; passkey accuracy by scaling: "
                + ", ".join(f"{k} {np.mean([r.correct for r in v]):.0%}" for k, v in results.items()) + ".")
     return Result(claims, {"passkey": passkey_metrics(results)},
@@ -209,21 +210,20 @@ def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
     longest = max(cfg.ppl_lengths)
     ids = text_ids(tok, cfg.text, 2 * longest)  # the scored blocks spread over twice the longest length
     curves = run_longppl(model, ids, scalings, list(cfg.ppl_lengths), cfg.stride, cfg.windows, ctx)
-    results = run_passkey(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed), ctx,
-                          ctx.device)
+    results = run_passkey(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed), ctx)
     ppl = {k: {n: c.ppl(n) for n in c.lengths} for k, c in curves.items()}
-    base = ppl["none"][ref]
-    claims = _passkey_claims(cfg, results, trained)
+    label = {s.name: s.describe() for s in scalings}
+    base = ppl[label["none"]][ref]
+    claims = _passkey_claims(cfg, scalings, results, trained)
     if longest > trained:  # the blow-up and boundedness claims need a length past the window
+        none = ppl[label["none"]]
         claims.append(check(f"no scaling: PPL blows up at {longest} tokens: PPL there / PPL at {ref} "
-                            f"({ppl['none'][longest]:.2f} / {base:.2f})", ppl["none"][longest] / base, cfg.blowup,
-                            0.0, "at_least"))
-    for k in ppl:
-        if longest > trained and k.split("(")[0] in ("ntk", "dynamic-ntk", "yarn"):
+                            f"({none[longest]:.2f} / {base:.2f})", none[longest] / base, cfg.blowup, 0.0, "at_least"))
+        for k in (label[n] for n in NO_FINETUNE if n in label):
             claims.append(check(f"{k}: PPL stays bounded at {longest} tokens: its PPL there / unscaled PPL at {ref} "
                                 f"({ppl[k][longest]:.2f} / {base:.2f})", ppl[k][longest] / base, cfg.bounded, 0.0,
                                 "at_most"))
-    pi, ntk = (next((k for k in ppl if k.startswith(p + "(")), None) for p in ("pi", "ntk"))
+    pi, ntk = label.get("pi"), label.get("ntk")
     if pi and ntk:
         short = min(cfg.ppl_lengths)
         claims.append(check(f"untuned PI is worse than NTK at short distances: PPL at {short} tokens, PI / NTK "

@@ -34,7 +34,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnlab.errors import UsageError
-from attnlab.hf.rope_scaling import DYNAMIC_FLAG
+from attnlab.hf.rope_scaling import DYNAMIC_FLAG, find_rotary
 from attnlab.kv.policies import KVPolicy, SlotState
 
 ATTN_NAME = "attnlab_kv"
@@ -52,16 +52,16 @@ class RopeSpec:
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> "RopeSpec":
-        for name, mod in model.named_modules():
-            if type(mod).__name__.endswith("RotaryEmbedding") and hasattr(mod, "inv_freq"):
-                if getattr(mod, DYNAMIC_FLAG, False):
-                    raise UsageError("rolling positions re-rotate keys with fixed RoPE frequencies, but dynamic NTK "
-                                     "changes them with the length: use --positions original or a static scaling")
-                inv = mod.inv_freq.detach().float().clone()
-                return cls(inv, 2 * inv.numel())
-        kind = getattr(model.config, "model_type", "this model")
-        raise UsageError(f"rolling positions re-rotate RoPE keys, but {kind} has learned absolute positions "
-                         "(as GPT-2 and OPT do): use --positions original")
+        mods = find_rotary(model)
+        if not mods:
+            kind = getattr(model.config, "model_type", "this model")
+            raise UsageError(f"rolling positions re-rotate RoPE keys, but {kind} has learned absolute positions "
+                             "(as GPT-2 and OPT do): use --positions original")
+        if getattr(mods[0], DYNAMIC_FLAG, False):
+            raise UsageError("rolling positions re-rotate keys with fixed RoPE frequencies, but dynamic NTK "
+                             "changes them with the length: use --positions original or a static scaling")
+        inv = mods[0].inv_freq.detach().float().clone()
+        return cls(inv, 2 * inv.numel())
 
     def rotate(self, k: torch.Tensor, delta: torch.Tensor | int) -> torch.Tensor:
         """k (n, D) rotated by delta (n,) positions (or one int for all), in float32; rotate_half

@@ -51,15 +51,13 @@ class PasskeyPrompts:
 
     def __init__(self, tokenizer):
         self.tok = tokenizer
-
-        def ids(text: str) -> list[int]:
-            return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-        self._ids = ids
         bos = [tokenizer.bos_token_id] if getattr(tokenizer, "bos_token_id", None) is not None else []
-        self.head = bos + ids(INSTRUCTION)
-        self.filler = ids(FILLER)
-        self.question = ids(QUESTION)
+        self.head = bos + self._ids(INSTRUCTION)
+        self.filler = self._ids(FILLER)
+        self.question = self._ids(QUESTION)
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"]
 
     def key_sentence(self, key: int) -> list[int]:
         return self._ids(KEY_SENTENCE.format(key=key))

@@ -95,7 +95,7 @@ def cmd_rope(args, argv: list[str]) -> int:
         cases = passkey_cases(args.lengths, args.depths, args.samples, args.seed)
         with staged_output(args.out) as stage:
             ctx.out = stage
-            results = exp_rope.run_passkey(model, tok, scalings, cases, ctx, ctx.device)
+            results = exp_rope.run_passkey(model, tok, scalings, cases, ctx)
             exp_rope.passkey_figure(ctx, results, trained)
             metrics["passkey"] = exp_rope.passkey_metrics(results)
             (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

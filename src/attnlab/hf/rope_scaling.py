@@ -24,9 +24,14 @@ from attnlab.rope.scalings import DynamicNTK, NTK, PI, RopeScaling, YaRN
 DYNAMIC_FLAG = "attnlab_dynamic_rope"  # set on rotary modules while a dynamic scaling is active
 
 
+def find_rotary(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's rotary-embedding modules (usually one, shared by every layer); [] without RoPE."""
+    return [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding") and hasattr(m, "inv_freq")]
+
+
 def rotary_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's rotary-embedding modules (usually one, shared by every layer)."""
-    mods = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding") and hasattr(m, "inv_freq")]
+    """:func:`find_rotary`, refusing models without RoPE."""
+    mods = find_rotary(model)
     if not mods:
         kind = getattr(model.config, "model_type", "this model")
         raise UsageError(f"{kind} has no rotary position embedding (GPT-2 and OPT learn absolute positions): "

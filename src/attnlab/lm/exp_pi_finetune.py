@@ -93,16 +93,17 @@ def run_pi_finetune(cfg: PIFinetuneConfig, ctx) -> Result:
                               max(cfg.base_steps // 4, 1), f"{tmp}/base", ctx).fit(
             show_progress=ctx.show_progress, desc=f"base @ {cfg.short}")
         base_ppl = _valid_curve(base_lines)[1][-1]
-        curves = {}
-        for name, scaling in (("direct", make_scaling("none")), (f"PI s={factor:g}", make_scaling("pi", factor))):
+        curves, pi = {}, make_scaling("pi", factor)
+        for name, scaling in (("direct", make_scaling("none")), (f"PI s={factor:g}", pi)):
             model = copy.deepcopy(base)
             with ScaledRope(model.hf, scaling):
                 lines = _trainer(model, train_ids, valid_ids, cfg, cfg.long, cfg.finetune_steps, cfg.finetune_lr,
                                  cfg.eval_every, f"{tmp}/{name}", ctx).fit(show_progress=ctx.show_progress,
                                                                           desc=f"{name} @ {cfg.long}")
             curves[name] = _valid_curve(lines)
-        export_scaling(model.hf.config, scaling)  # the last one is PI's: it saves and reloads with its scaling
-        model.save_pretrained(ctx.out / "pi_model", tok)
+            if scaling is pi:  # the PI model saves and reloads with its scaling
+                export_scaling(model.hf.config, pi)
+                model.save_pretrained(ctx.out / "pi_model", tok)
     (_, direct), (p_steps, pi) = curves.values()  # both evaluated at the same steps
     claims = [
         check(f"PI reaches near its {cfg.short}-context PPL at {cfg.long} within {cfg.finetune_steps} steps: "
