@@ -157,6 +157,7 @@ def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path):
     ("passkey", ["--lengths", "100000000000"], "shorter --lengths"),
     ("longppl", ["--model", "GPT2"], "no rotary position embedding"),
     ("longppl", ["--lengths", "64", "--stride", "128"], "every length >= the stride"),
+    ("longppl", ["--text", "/no/such/text.txt"], "--text PATH"),
 ])
 def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cmd, argv, message):
     from attnlab.cli import main

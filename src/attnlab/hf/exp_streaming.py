@@ -70,9 +70,10 @@ def load_model(model_name: str, ctx):
     return model.to(ctx.device), tok
 
 
-def text_ids(tok, text: str, tokens: int) -> torch.Tensor:
-    """The first ``tokens`` token ids (T,) of ``text`` (a corpus name or file); ConfigError if shorter."""
-    lines = read_corpus(text, "text")
+def text_ids(tok, text: str, tokens: int, fix: str | None = None) -> torch.Tensor:
+    """The first ``tokens`` token ids (T,) of ``text`` (a corpus name or file); ConfigError if shorter.
+    ``fix``: how the caller's user names the text (default ``--set text=PATH``)."""
+    lines = read_corpus(text, "text", fix)
     ids, used = [], 0
     while len(ids) < tokens and used < len(lines):  # tokenise only what is needed
         chunk = "".join(lines[used:used + 2000])
@@ -83,10 +84,10 @@ def text_ids(tok, text: str, tokens: int) -> torch.Tensor:
     return torch.tensor(ids[:tokens])
 
 
-def load_stream(model_name: str, text: str, tokens: int, ctx):
+def load_stream(model_name: str, text: str, tokens: int, ctx, fix: str | None = None):
     """The model (on ctx.device) and the first ``tokens`` token ids (T,) of ``text``."""
     model, tok = load_model(model_name, ctx)
-    return model, text_ids(tok, text, tokens)
+    return model, text_ids(tok, text, tokens, fix)
 
 
 def _run(model, ids, label, ctx, chunk=1, positions="rolling", **policy) -> StreamResult:

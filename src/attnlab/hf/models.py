@@ -29,6 +29,7 @@ import difflib
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -362,12 +363,16 @@ def load_model_and_tokenizer(name: str, dtype: torch.dtype = torch.float32):
             model = model.to(dtype)
         tokenizer = load_tokenizer(_tokenizer_folder(target)).fast
         return model.eval(), tokenizer
+    hub_log = logging.getLogger("huggingface_hub")
+    level, hub_log.level = hub_log.level, logging.ERROR  # its retry warnings would precede our one line
     try:  # a hub id: transformers downloads it (or finds it in its own cache)
         model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(target)
     except Exception as e:  # noqa: BLE001 - network, auth and format errors surface as many types
         raise UsageError(f"model {target}: no such local folder, and loading it as a hub id failed "
                          f"({_first_line(e)}); give a local folder or an alias such as smollm2") from None
+    finally:
+        hub_log.setLevel(level)
     return model.eval(), tokenizer
 
 

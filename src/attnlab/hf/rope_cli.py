@@ -104,7 +104,7 @@ def cmd_rope(args, argv: list[str]) -> int:
             print(f"{name}: passkey accuracy {by_len}")
         figure = "passkey.png"
     else:
-        ids = text_ids(tok, args.text, args.tokens or 2 * max(args.lengths))
+        ids = text_ids(tok, args.text, args.tokens or 2 * max(args.lengths), fix="--text PATH")
         with staged_output(args.out) as stage:
             ctx.out = stage
             curves = exp_rope.run_longppl(model, ids, scalings, list(args.lengths), args.stride,

@@ -62,7 +62,7 @@ def cmd_stream(args, argv: list[str]) -> int:
     policy = make_policy(args.policy, None if args.policy == "full" else args.budget, args.n_sink, args.recent)
     device = check_device(args.device)
     ctx = RunContext(out=None, device=device)
-    model, ids = load_stream(args.model, args.text, args.tokens, ctx)
+    model, ids = load_stream(args.model, args.text, args.tokens, ctx, fix="--text PATH")
     cache = PolicyCache(model, policy, args.positions)  # refuses rolling on learned positions, before any work
     with staged_output(args.out) as stage:
         ctx.out = stage
