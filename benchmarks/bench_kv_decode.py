@@ -20,10 +20,10 @@ import time
 import torch
 from transformers import DynamicCache
 
-from attnlab.hf.kv_cache import PolicyCache
-from attnlab.hf.models import load_model_and_tokenizer
+from attnlab.kv.cache import PolicyCache
+from attnlab.models.pretrained import load_model_and_tokenizer
 from attnlab.kv.policies import make_policy
-from attnlab.text.sources import read_corpus
+from attnlab.data.sources import read_corpus
 
 
 def _sync(device):

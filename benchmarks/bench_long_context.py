@@ -17,10 +17,10 @@ import time
 
 import torch
 
-from attnlab.hf.exp_streaming import text_ids
-from attnlab.hf.longppl import scored_nll
-from attnlab.hf.models import load_model_and_tokenizer
-from attnlab.hf.passkey import PasskeyPrompts, passkey_cases, retrieve
+from attnlab.kv.experiments import text_ids
+from attnlab.evals.longppl import scored_nll
+from attnlab.models.pretrained import load_model_and_tokenizer
+from attnlab.evals.passkey import PasskeyPrompts, passkey_cases, retrieve
 
 
 def _sync(device):

@@ -18,12 +18,12 @@ import time
 import torch
 from torch import nn
 
-from attnlab.lm.trainer import TrainConfig, Trainer
-from attnlab.lm.tutorial import TutorialConfig, TutorialTransformer
-from attnlab.text.batching import batchify
-from attnlab.text.corpus import read_lines
-from attnlab.text.sources import locate
-from attnlab.text.vocab import Vocab, basic_english
+from attnlab.train.trainer import TrainConfig, Trainer
+from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
+from attnlab.train.batching import batchify
+from attnlab.data.corpus import read_lines
+from attnlab.data.sources import locate
+from attnlab.data.vocab import Vocab, basic_english
 
 
 def plain_loop(model, src, steps, bptt, device) -> float:

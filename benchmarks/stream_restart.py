@@ -13,9 +13,9 @@ import argparse
 import math
 
 from attnlab.experiments.runner import RunContext
-from attnlab.hf.exp_streaming import load_stream
-from attnlab.hf.kv_cache import PolicyCache
-from attnlab.hf.streaming import stream_nll
+from attnlab.kv.experiments import load_stream
+from attnlab.kv.cache import PolicyCache
+from attnlab.evals.streaming import stream_nll
 from attnlab.kv.policies import make_policy
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from attnlab import __version__
-from attnlab.errors import UsageError
+from attnlab.core.errors import UsageError
 
 DEMO_EXPERIMENTS: tuple[str, ...] | None = None  # None: every registered experiment
 
@@ -78,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a config value, e.g. --set sgd.steps=50 --set eta_z=1,2 (repeatable)")
     rep.add_argument("--quick", action="store_true", help="use the experiment's quick settings (as the demo does)")
 
-    from attnlab.hf import generate_cli, models_cli, rope_cli, stream_cli
-    from attnlab.lm import train_cli
+    from attnlab.kv import cli as stream_cli
+    from attnlab.models import cli as models_cli, generate_cli
+    from attnlab.rope import cli as rope_cli
+    from attnlab.train import cli as train_cli
 
     train_cli.add_parser(sub)
     generate_cli.add_parser(sub)
@@ -125,7 +127,7 @@ def cmd_reproduce(args, argv: list[str]) -> int:
 def cmd_demo(args) -> int:
     import shutil
 
-    from attnlab.errors import MissingResource
+    from attnlab.core.errors import MissingResource
     from attnlab.experiments import registry, runner
     from attnlab.experiments.report import demo_index_html, demo_report_md
 
@@ -169,23 +171,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             return cmd_demo(args)
         if args.command == "train":
-            from attnlab.lm.train_cli import cmd_train
+            from attnlab.train.cli import cmd_train
 
             return cmd_train(args)
         if args.command == "stream":
-            from attnlab.hf.stream_cli import cmd_stream
+            from attnlab.kv.cli import cmd_stream
 
             return cmd_stream(args, argv)
         if args.command in ("passkey", "longppl"):
-            from attnlab.hf.rope_cli import cmd_rope
+            from attnlab.rope.cli import cmd_rope
 
             return cmd_rope(args, argv)
         if args.command == "generate":
-            from attnlab.hf.generate_cli import cmd_generate
+            from attnlab.models.generate_cli import cmd_generate
 
             return cmd_generate(args)
         if args.command == "models":
-            from attnlab.hf.models_cli import cmd_models
+            from attnlab.models.cli import cmd_models
 
             return cmd_models(args)
         parser.print_help()

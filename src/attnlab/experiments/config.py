@@ -11,7 +11,7 @@ import difflib
 import typing
 from typing import Any
 
-from attnlab.errors import UsageError
+from attnlab.core.errors import UsageError
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:

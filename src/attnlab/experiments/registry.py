@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from attnlab.errors import UsageError
+from attnlab.core.errors import UsageError
 from attnlab.experiments.claims import Claim
 
 # Modules that register experiments; later issues append theirs here.
@@ -21,11 +21,11 @@ EXPERIMENT_MODULES = (
     "attnlab.theory.joma.exp_invariants",
     "attnlab.theory.joma.exp_ode",
     "attnlab.theory.joma.exp_hierarchy",
-    "attnlab.lm.exp_fig7",
-    "attnlab.lm.exp_joma_text",
-    "attnlab.hf.exp_streaming",
-    "attnlab.hf.exp_rope",
-    "attnlab.lm.exp_pi_finetune",
+    "attnlab.train.exp_fig7",
+    "attnlab.train.exp_joma_text",
+    "attnlab.kv.experiments",
+    "attnlab.rope.experiments",
+    "attnlab.rope.exp_pi_finetune",
 )
 
 

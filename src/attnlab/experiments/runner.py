@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import torch
 
 from attnlab import __version__
-from attnlab.errors import UsageError
+from attnlab.core.errors import UsageError
 from attnlab.experiments import config as config_mod
 from attnlab.experiments.registry import Experiment, Result
 from attnlab.experiments.report import experiment_report

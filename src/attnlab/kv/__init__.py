@@ -1,1 +1,1 @@
-"""KV-cache policies (what to keep); the cache that applies them lives in attnlab.hf.kv_cache."""
+"""KV-cache policies (what to keep); the cache that applies them lives in attnlab.kv.cache."""

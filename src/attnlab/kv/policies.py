@@ -2,7 +2,7 @@
 
 A policy sees, per layer, the metadata of the stored slots and returns a priority per slot;
 the cache keeps the ``budget`` slots of highest priority and evicts the rest (storing, RoPE
-re-rotation and attention live in :mod:`attnlab.hf.kv_cache`). So the methods differ only in
+re-rotation and attention live in :mod:`attnlab.kv.cache`). So the methods differ only in
 their priorities, as in the papers:
 
 - ``full``       never evicts (the dense baseline).
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.errors import UsageError
+from attnlab.core.errors import UsageError
 
 KEEP = float("inf")  # priority of a token the policy must keep (sink or recent)
 

@@ -17,7 +17,7 @@ breaks. With s = L'/L the target extension factor:
                    as 0.1·ln s + 1 on both cos and sin.
 
 Factor 1 is exactly the original RoPE for every scaling. The transformers side (applying a scaling
-to a loaded model, exporting it into its config) is :mod:`attnlab.hf.rope_scaling`.
+to a loaded model, exporting it into its config) is :mod:`attnlab.rope.apply`.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.errors import UsageError
+from attnlab.core.errors import UsageError
 
 
 def rope_inv_freq(base: float, dim: int) -> torch.Tensor:

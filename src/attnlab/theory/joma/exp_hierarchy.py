@@ -19,11 +19,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.plotting import plt
-from attnlab.theory.entropy import attention_entropy
+from attnlab.core.plotting import plt
+from attnlab.core.metrics import attention_entropy
 from attnlab.theory.joma.hierarchy import (
     LatentTree,
     LatentTreeConfig,

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.plotting import plt
+from attnlab.core.plotting import plt
 from attnlab.theory.joma.invariants import cooccurrence_table, pearson, relative_error, zhat
 from attnlab.theory.joma.model import JomaLayer, attention, make_embedding, train
 

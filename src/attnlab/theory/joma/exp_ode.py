@@ -15,11 +15,11 @@ import numpy as np
 import torch
 from scipy.special import erfinv
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.plotting import plt
-from attnlab.theory.entropy import attention_entropy
+from attnlab.core.plotting import plt
+from attnlab.core.metrics import attention_entropy
 from attnlab.theory.joma.ode import (
     attention,
     authors_softmax_simulation,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 
 PRESETS = ("exact", "constant")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 
 
 def cooccurrence_table(num_distinct: int, num_common: int, num_classes: int, kind: str,

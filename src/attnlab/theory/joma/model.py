@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 
 ATTENTIONS = ("softmax", "exp", "linear")
 ACTIVATIONS = ("linear", "relu")

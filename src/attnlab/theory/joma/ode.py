@@ -16,7 +16,7 @@ so v_l(t) = √s erfinv(2Δ_l t/√(πs)), and a component with Δ_l ≠ 0 diver
 sign of Δ_l) at t_l* = √(πs)/(2|Δ_l|); for s = 2 that is √(π/2)/|Δ_l|.
 
 The attention the MLP sees is softmax(v²/2) over components; :func:`attention` gives it
-and entropies go through :func:`attnlab.theory.entropy.attention_entropy`.
+and entropies go through :func:`attnlab.core.metrics.attention_entropy`.
 :func:`authors_softmax_simulation` is the authors' discrete Euler simulation
 (``draw_figure_4.py``): v ← v + η (μ − v) ∘ softmax(v²/τ).
 
@@ -32,8 +32,8 @@ import torch
 from scipy.integrate import solve_ivp
 from scipy.special import erf, erfinv
 
-from attnlab.errors import ConfigError
-from attnlab.theory.entropy import attention_entropy
+from attnlab.core.errors import ConfigError
+from attnlab.core.metrics import attention_entropy
 
 
 # --------------------------------------------------------------------------- right-hand sides

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

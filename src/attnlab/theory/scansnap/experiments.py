@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.plotting import plt
+from attnlab.core.plotting import plt
 from attnlab.theory.scansnap.data import SeqClassConfig, SeqClassDistribution
 from attnlab.theory.scansnap.population import attention_c, distinct_entropy, integrate_flow
 from attnlab.theory.scansnap.theorems import (

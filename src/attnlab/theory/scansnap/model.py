@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 
 INITS = ("default", "zero")
 

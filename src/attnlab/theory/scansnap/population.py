@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 from attnlab.theory.scansnap.data import SeqClassDistribution
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 from attnlab.theory.scansnap.data import SeqClassDistribution
 from attnlab.theory.scansnap.model import INITS, cross_entropy, init_yz, yz_logits
 

@@ -1,0 +1,1 @@
+"""Corpora: files, folders, data-folder names and hub datasets; the basic_english vocabulary."""

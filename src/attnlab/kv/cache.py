@@ -1,0 +1,316 @@
+"""An evicting KV cache for any transformers decoder, through transformers' own two seams.
+
+- The cache's ``update(key, value, layer_idx)``: each :class:`PolicyLayer` stores keys and values
+  as (B, H_kv, S, D) tensors that really shrink; before appending a step's new tokens it evicts
+  down to the policy's budget (the slots of lowest priority, per KV head). In steady decoding
+  (one token in, one out) the new token is written *into the evicted slot*: no copy of the cache.
+- The attention-function registry: ``attnlab_kv`` attends over the stored slots with its own mask
+  (stored slots are unordered after eviction, so the model's positional mask cannot describe
+  them) and, for H2O, accumulates the post-softmax attention each slot receives.
+
+Slots keep their stream index (``pos``), so positions can be
+
+- ``original``: tokens keep the absolute RoPE/learned position they were computed at (what exact
+  equivalence with a masked dense forward needs);
+- ``rolling``: StreamingLLM's positions *inside the cache*. Only relative angles matter to RoPE,
+  so instead of re-rotating every kept key each step we keep the model's own positions for new
+  tokens and queries and rotate, at each eviction, only the kept keys *older* than an evicted
+  token, forward by the number of evicted tokens after them (R(a)R(b) = R(a+b)). The query then
+  sees every kept key at its rank distance. For sinks+window only the sinks move: O(n_sink).
+
+Nothing is patched: ``with PolicyCache(model, policy) as cache`` switches the model's attention
+implementation to ``attnlab_kv`` and restores it on exit. Pinned to transformers 5.23.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from attnlab.core.errors import UsageError
+from attnlab.rope.apply import DYNAMIC_FLAG, find_rotary
+from attnlab.kv.policies import KVPolicy, SlotState
+
+ATTN_NAME = "attnlab_kv"
+POSITIONS = ("original", "rolling")
+_ACTIVE = threading.local()  # the layer whose update() just ran: its attention call comes next
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """The rotation a model's RoPE applies: angle = position × inv_freq on the first rot_dims dims."""
+
+    inv_freq: torch.Tensor  # (rot_dims / 2,) float32
+    rot_dims: int
+    _cos_sin: dict = field(default_factory=dict, compare=False, repr=False)  # int delta -> (cos, sin), (1, rot)
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "RopeSpec":
+        mods = find_rotary(model)
+        if not mods:
+            kind = getattr(model.config, "model_type", "this model")
+            raise UsageError(f"rolling positions re-rotate RoPE keys, but {kind} has learned absolute positions "
+                             "(as GPT-2 and OPT do): use --positions original")
+        if getattr(mods[0], DYNAMIC_FLAG, False):
+            raise UsageError("rolling positions re-rotate keys with fixed RoPE frequencies, but dynamic NTK "
+                             "changes them with the length: use --positions original or a static scaling")
+        inv = mods[0].inv_freq.detach().float().clone()
+        return cls(inv, 2 * inv.numel())
+
+    def rotate(self, k: torch.Tensor, delta: torch.Tensor | int) -> torch.Tensor:
+        """k (n, D) rotated by delta (n,) positions (or one int for all), in float32; rotate_half
+        layout (Llama, NeoX)."""
+        if isinstance(delta, int):  # steady decoding rotates by 1: its cos/sin are computed once
+            if delta not in self._cos_sin:
+                self._cos_sin[delta] = self._angles(torch.tensor([delta]))
+            cos, sin = (t.to(k.device) for t in self._cos_sin[delta])
+        else:
+            cos, sin = self._angles(delta.to(k.device))
+        rot, rest = k[:, : self.rot_dims].float(), k[:, self.rot_dims:]
+        x1, x2 = rot.chunk(2, dim=-1)
+        out = (rot * cos + torch.cat([-x2, x1], -1) * sin).to(k.dtype)
+        return torch.cat([out, rest], -1) if rest.shape[-1] else out
+
+    def _angles(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ang = delta.to(torch.float32)[:, None] * self.inv_freq.to(delta.device)  # (n, rot/2)
+        return torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)  # (n, rot) each
+
+
+class PolicyLayer(CacheLayerMixin):
+    """One layer's stored slots: keys/values (B, H, S, D) and, per slot, its stream index,
+    accumulated attention (H2O) and whether it is a real token (not padding)."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, policy: KVPolicy, rope: RopeSpec | None = None):
+        super().__init__()
+        self.policy, self.rope = policy, rope
+        self.seen = 0  # tokens this layer has seen (the stream length)
+        self.pos = self.score = self.valid = self.n_pad = None
+        self.new_slots: torch.Tensor | None = None  # (B, H, q) slots of the tokens of the current step
+        self.stored_before = 0  # S before the current step's update (the model's mask is sized on it)
+
+    # -- CacheLayerMixin -------------------------------------------------------------------------
+    def lazy_initialization(self, key_states, value_states):
+        b, h, _, d = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_zeros(b, h, 0, d)
+        self.values = value_states.new_zeros(b, h, 0, value_states.shape[-1])
+        self.pos = torch.zeros(b, h, 0, dtype=torch.long, device=self.device)
+        self.valid = torch.zeros(b, h, 0, dtype=torch.bool, device=self.device)
+        self.score = torch.zeros(b, h, 0, dtype=torch.float32, device=self.device) if self.policy.needs_scores else None
+        self.n_pad = torch.zeros(b, 1, 1, dtype=torch.long, device=self.device)
+        self.any_pad = False
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        """Evict down to the budget, then store the step's q new tokens: (B, H, q, D) each."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        b, h, q, _ = key_states.shape
+        self.stored_before = self.keys.shape[-2]
+        cap = self.policy.capacity(self.seen)
+        n_over = self.keys.shape[-2] - cap if cap is not None else 0
+        new_pos = torch.arange(self.seen, self.seen + q, device=self.device).expand(b, h, q)
+        if n_over > 0 and q == 1 and n_over == 1:  # steady decoding: overwrite the evicted slot
+            evict = self._priority().argmin(-1, keepdim=True)  # (B, H, 1)
+            if self.rope is not None:
+                ev_pos = self.pos.gather(-1, evict)
+                self._rerotate(self.pos < ev_pos, 1)  # older kept keys move forward by 1
+            d_idx = evict[..., None]
+            self.keys.scatter_(2, d_idx.expand(-1, -1, -1, self.keys.shape[-1]), key_states)
+            self.values.scatter_(2, d_idx.expand(-1, -1, -1, self.values.shape[-1]), value_states)
+            self.pos.scatter_(2, evict, new_pos)
+            self.valid.scatter_(2, evict, True)
+            if self.score is not None:
+                self.score.scatter_(2, evict, 0.0)
+            self.new_slots = evict
+        else:
+            if n_over > 0:
+                self._evict(n_over)
+            s = self.keys.shape[-2]
+            self.keys = torch.cat([self.keys, key_states], dim=-2)
+            self.values = torch.cat([self.values, value_states], dim=-2)
+            self.pos = torch.cat([self.pos, new_pos], dim=-1)
+            self.valid = torch.cat([self.valid, self.valid.new_ones(b, h, q)], dim=-1)
+            if self.score is not None:
+                self.score = torch.cat([self.score, self.score.new_zeros(b, h, q)], dim=-1)
+            self.new_slots = torch.arange(s, s + q, device=self.device).expand(b, h, q)
+        self.seen += q
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        # Sized on the slots stored now, offset so that new token j reads column `seen + j` of the
+        # 2-D padding mask: the attention function reads each new token's validity there.
+        s = self.keys.shape[-2] if self.is_initialized else 0
+        return s + query_length, self.seen - s
+
+    def get_seq_length(self) -> int:
+        return self.seen  # positions continue from the stream length (rolling is done by rotation)
+
+    def get_max_length(self) -> int:
+        cap = self.policy.capacity(self.seen)
+        return -1 if cap is None else cap
+
+    def reset(self) -> None:
+        self.__init__(self.policy, self.rope)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("an evicting KV cache cannot be cropped (assisted decoding is not supported)")
+
+    def _map_batch(self, fn) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "pos", "valid", "score", "n_pad"):
+                t = getattr(self, name)
+                if t is not None:
+                    setattr(self, name, fn(t))
+
+    def reorder_cache(self, beam_idx):
+        self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_repeat_interleave(self, repeats: int):
+        self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices):
+        self._map_batch(lambda t: t[indices])
+
+    # -- eviction --------------------------------------------------------------------------------
+    def state(self) -> SlotState:
+        return SlotState(pos=self.pos, seen=self.seen, score=self.score, first=self.n_pad)
+
+    def _priority(self) -> torch.Tensor:  # (B, H, S); padding goes first
+        return self.policy.priority(self.state()).masked_fill(~self.valid, float("-inf"))
+
+    def _evict(self, n: int) -> None:
+        """Keep the S - n slots of highest priority (per batch row and KV head)."""
+        s = self.keys.shape[-2]
+        keep = self._priority().topk(s - n, dim=-1).indices.sort(-1).values  # (B, H, S-n)
+        if self.rope is not None:
+            evicted = torch.ones_like(self.valid).scatter_(-1, keep, False)  # (B, H, S)
+            order = self.pos.argsort(-1)
+            ev_sorted = evicted.gather(-1, order).long()
+            after_sorted = n - ev_sorted.cumsum(-1)  # evicted tokens later in the stream
+            delta = torch.empty_like(after_sorted).scatter_(-1, order, after_sorted).masked_fill(evicted, 0)
+            self._rerotate(delta != 0, delta)
+        d = keep[..., None]
+        self.keys = self.keys.gather(2, d.expand(-1, -1, -1, self.keys.shape[-1]))
+        self.values = self.values.gather(2, d.expand(-1, -1, -1, self.values.shape[-1]))
+        self.pos, self.valid = self.pos.gather(-1, keep), self.valid.gather(-1, keep)
+        if self.score is not None:
+            self.score = self.score.gather(-1, keep)
+
+    def _rerotate(self, moved: torch.Tensor, delta: torch.Tensor | int) -> None:
+        """Rotate the stored keys where ``moved`` (B, H, S) forward by ``delta`` positions (one int,
+        or a (B, H, S) tensor)."""
+        flat = self.keys.view(-1, self.keys.shape[-1])  # (B*H*S, D): one linear index is cheaper than three
+        idx = moved.reshape(-1).nonzero().squeeze(1)
+        if idx.numel():
+            d = delta if isinstance(delta, int) else delta.reshape(-1)[idx]
+            flat.index_copy_(0, idx, self.rope.rotate(flat.index_select(0, idx), d))
+
+    # -- called by the attention function ---------------------------------------------------------
+    def step_mask(self, hf_mask: torch.Tensor | None, q: int) -> torch.Tensor | None:
+        """(B, H, q, S) bool: which stored slots each new query may attend to (None: all of them)."""
+        b, h, s = self.valid.shape
+        if hf_mask is not None:  # new token j is padding iff the model's mask hides it from itself
+            j = torch.arange(q, device=self.device)
+            real = hf_mask[:, 0, j, self.stored_before + j]  # (B, q)
+            if real.dtype != torch.bool:
+                real = real == 0
+            self.valid.scatter_(2, self.new_slots, real[:, None, :].expand(b, h, q))
+            n_pad = (~real).sum(-1).view(b, 1, 1)
+            self.n_pad += n_pad
+            self.any_pad = self.any_pad or bool(n_pad.any())
+        if q == 1 and not self.any_pad:
+            return None
+        # slot visible to query j iff real and (stored before this step, or a new token <= j)
+        step = torch.full((b, h, s), -1, dtype=torch.long, device=self.device)
+        step.scatter_(2, self.new_slots, torch.arange(q, device=self.device).expand(b, h, q))
+        j = torch.arange(q, device=self.device).view(1, 1, q, 1)
+        own = step[:, :, None, :] == j  # a padding query still sees itself: no all-masked row, no NaN
+        return (self.valid[:, :, None, :] & (step[:, :, None, :] <= j)) | own
+
+
+def policy_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Attention over a PolicyLayer's slots; query (B, Hq, q, D), key/value (B, Hkv, S, D)."""
+    pending = getattr(_ACTIVE, "pending", None)
+    if pending is None or pending[1] is not key:  # not our cache (e.g. a plain DynamicCache): plain SDPA
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    layer: PolicyLayer = pending[0]
+    _ACTIVE.pending = None
+    b, hq, q, d = query.shape
+    hkv, s = key.shape[1], key.shape[2]
+    g = hq // hkv  # query heads per KV head
+    mask = layer.step_mask(attention_mask, q)  # (B, Hkv, q, S) or None
+    if layer.score is not None:  # H2O: materialise the probabilities it scores on
+        # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
+        # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
+        qg = query.reshape(b, hkv, g * q, d)
+        logits = (qg @ key.transpose(-1, -2)) * scaling  # (B, Hkv, g*q, S)
+        if mask is not None:
+            logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
+        probs = logits.float().softmax(-1)
+        layer.score += probs.sum(dim=2)  # column sums over the group's heads and this step's queries
+        out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
+    else:
+        full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=full_mask, scale=scaling,
+                                             enable_gqa=g > 1)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register() -> None:
+    if ATTN_NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTN_NAME, policy_attention)
+        AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+class PolicyCache(Cache):
+    """A transformers ``Cache`` whose layers evict by ``policy``; use as a context manager::
+
+        with PolicyCache(model, make_policy("sinks", budget=256), positions="rolling") as cache:
+            out = model.generate(**inputs, past_key_values=cache, max_new_tokens=50)
+    """
+
+    def __init__(self, model: torch.nn.Module, policy: KVPolicy, positions: str = "original"):
+        if positions not in POSITIONS:
+            raise UsageError(f"unknown positions {positions!r}: choose original or rolling")
+        rope = RopeSpec.of(model) if positions == "rolling" else None
+        n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
+        super().__init__(layers=[PolicyLayer(policy, rope) for _ in range(n_layers)])
+        self.model, self.policy, self.positions = model, policy, positions
+        self._saved_impl: str | None = None
+
+    def __enter__(self) -> "PolicyCache":
+        _register()
+        self._saved_impl = self.model.config._attn_implementation
+        self.model.set_attn_implementation(ATTN_NAME)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.model.set_attn_implementation(self._saved_impl)
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        keys, values = self.layers[layer_idx].update(key_states, value_states)
+        _ACTIVE.pending = (self.layers[layer_idx], keys)
+        return keys, values
+
+    def kv_bytes(self) -> int:
+        """Bytes held by the stored keys and values, all layers."""
+        return sum(l.keys.nbytes + l.values.nbytes for l in self.layers if l.is_initialized)
+
+    def stored(self, layer_idx: int = 0) -> int:
+        layer = self.layers[layer_idx]
+        return layer.keys.shape[-2] if layer.is_initialized else 0
+
+    def kept_positions(self, layer_idx: int) -> torch.Tensor:
+        """(B, H, S) stream indices of the stored tokens of one layer, sorted."""
+        return self.layers[layer_idx].pos.sort(-1).values

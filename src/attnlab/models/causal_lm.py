@@ -1,0 +1,141 @@
+"""Hugging Face causal LMs in the training lab: a Llama-style decoder built from a
+``LlamaConfig``, or any local causal-LM folder, seen through the trainer's model protocol
+``forward(x (B, T), attentions) -> (logits (B, T, V), [attention (B, H, T, T) per layer])``.
+
+Training steps run transformers' SDPA attention (fused, no maps). Only when the trainer asks for
+maps (its probe) is the model switched to the eager implementation, the one that materialises
+softmax(QKᵀ/√d), and switched back after: same function, same numbers (a test checks it).
+Checkpoints are standard folders (config.json + model.safetensors + tokenizer files) that
+``AutoModelForCausalLM.from_pretrained`` loads.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+from transformers.utils import logging as hf_logging
+
+from attnlab.core.errors import ConfigError, UsageError
+
+hf_logging.disable_progress_bar()  # a "Loading weights" bar on every from_pretrained drowns our own
+
+
+@dataclass(frozen=True)
+class LlamaLMConfig:
+    """A small Llama: pre-RMSNorm blocks, RoPE, SwiGLU MLP, grouped-query attention (as SmolLM2)."""
+
+    vocab_size: int
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int = 2  # each KV head serves n_heads / n_kv_heads query heads
+    d_ffn: int = 768
+    max_len: int = 1024  # max_position_embeddings: the context it is trained for
+    rope_theta: float = 10000.0
+    dropout: float = 0.0  # on attention probabilities (Llama has no other dropout)
+    tie_embeddings: bool = True
+    eos_id: int | None = None
+
+    def __post_init__(self):
+        if min(self.vocab_size, self.d_model, self.n_layers, self.n_heads, self.n_kv_heads, self.d_ffn,
+               self.max_len) < 1:
+            raise ConfigError("vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ffn and max_len must be >= 1")
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise ConfigError(f"d_model={self.d_model} must split into n_heads={self.n_heads} heads of even size "
+                              "(RoPE rotates pairs of dimensions)")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+        if not 0.0 <= self.dropout < 1.0 or not self.rope_theta > 0:
+            raise ConfigError(f"dropout={self.dropout}, rope_theta={self.rope_theta}: need 0 <= dropout < 1, theta > 0")
+
+    def to_hf(self) -> LlamaConfig:
+        return LlamaConfig(
+            vocab_size=self.vocab_size, hidden_size=self.d_model, intermediate_size=self.d_ffn,
+            num_hidden_layers=self.n_layers, num_attention_heads=self.n_heads, num_key_value_heads=self.n_kv_heads,
+            max_position_embeddings=self.max_len, attention_dropout=self.dropout,
+            tie_word_embeddings=self.tie_embeddings, bos_token_id=self.eos_id, eos_token_id=self.eos_id,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
+
+
+class CausalLM(nn.Module):
+    """Wraps a ``*ForCausalLM`` so the trainer (and its checkpoints) can use it."""
+
+    def __init__(self, hf_model: nn.Module):
+        super().__init__()
+        self.hf = hf_model
+
+    @property
+    def cfg(self) -> str:
+        """What a resumed run must match: the model's config without transformers' bookkeeping."""
+        d = self.hf.config.to_dict()
+        for k in ("transformers_version", "_name_or_path", "dtype", "torch_dtype", "architectures"):
+            d.pop(k, None)
+        return json.dumps(d, sort_keys=True, default=str)
+
+    def forward(self, x: torch.Tensor, attentions: bool = True) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        if not attentions:
+            return self.hf(input_ids=x, use_cache=False).logits, []
+        impl = self.hf.config._attn_implementation
+        self.hf.set_attn_implementation("eager")  # the only one that returns the probabilities
+        try:
+            out = self.hf(input_ids=x, use_cache=False, output_attentions=True)
+        finally:
+            self.hf.set_attn_implementation(impl)
+        return out.logits, list(out.attentions)  # [(B, H, T, T)] per layer
+
+    def save_pretrained(self, folder: str | Path, tokenizer=None) -> Path:
+        """Write a standard checkpoint folder (with the tokenizer's files), replacing it whole: the
+        new folder is complete before the old one is moved aside, so a kill never leaves neither."""
+        folder = Path(folder)
+        tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.hf.save_pretrained(str(tmp))
+        if tokenizer is not None:
+            tokenizer.save(tmp)
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            folder.replace(old)
+        tmp.replace(folder)
+        shutil.rmtree(old, ignore_errors=True)
+        return folder
+
+
+def build_llama(cfg: LlamaLMConfig) -> CausalLM:
+    """A freshly initialised Llama (transformers' init: N(0, 0.02) weights) from our config."""
+    return CausalLM(LlamaForCausalLM(cfg.to_hf()))
+
+
+def causal_lm_config(path: str | Path, hint: str = ""):
+    """The config of a local model folder, or a one-line error if it is not a causal LM."""
+    try:
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - an unreadable or unknown config surfaces as many exception types
+        raise UsageError(f"model {path}: cannot read its config.json ({_first_line(e)})") from None
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise UsageError(f"model {path} ({config.model_type}) is not a causal language model: give a "
+                         f"*ForCausalLM checkpoint (Llama, GPT-2, GPT-NeoX, OPT, ...){hint}")
+    return config
+
+
+def load_causal_lm(path: str | Path) -> CausalLM:
+    """Any local causal-LM checkpoint folder, in float32 for training."""
+    path = Path(path).expanduser()
+    if not (path / "config.json").is_file():
+        raise UsageError(f"model {path}: no config.json there; give a Hugging Face model folder "
+                         "(e.g. the model/ folder of an attnlab train run)")
+    causal_lm_config(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
+    except Exception as e:  # noqa: BLE001 - missing or corrupt weights surface as many exception types
+        raise UsageError(f"model {path}: cannot load its weights ({_first_line(e)})") from None
+    return CausalLM(model)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0][:160] if str(e) else type(e).__name__

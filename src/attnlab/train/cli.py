@@ -1,0 +1,207 @@
+"""``attnlab train``: the tracking trainer on your own corpus, into a run folder.
+
+Models: the PyTorch tutorial transformer (post-LN, the Scan&Snap/JoMA authors' model), a
+Llama-style decoder built from a transformers ``LlamaConfig``, or any local Hugging Face causal-LM
+folder (fine-tuning it). Tokenizers: the word-level ``basic_english`` scheme, a byte-level BPE
+trained on the training text (cached), or any saved tokenizer folder.
+
+The folder gets config.json, tokenizer/ (a Hugging Face tokenizer folder), metrics.jsonl (one
+line per tracked step), checkpoint.pt, training.png (entropy per layer, losses, attention maps)
+and, for Hugging Face models, model/: a standard checkpoint folder (config + safetensors +
+tokenizer) that ``AutoModelForCausalLM.from_pretrained`` loads. ``--resume`` continues a run that
+was stopped (or extends a finished one to a larger ``--steps``) and refuses a folder written with
+other settings. Nothing in an existing folder is touched before the input is checked.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from attnlab.core.errors import UsageError
+
+MODEL_DEFAULTS = {  # --layers, --heads, --d-model, --d-ffn, --dropout when not given
+    "tutorial": {"layers": 1, "heads": 1, "d_model": 200, "d_ffn": 200, "dropout": 0.2},
+    "llama": {"layers": 4, "heads": 4, "d_model": 256, "d_ffn": 768, "dropout": 0.0},
+}
+ARCH_FLAGS = ("layers", "heads", "kv_heads", "d_model", "d_ffn", "dropout", "max_len", "rope_theta")
+RESUME_FREE = ("steps", "resume", "device", "out")  # may differ when a run is resumed or extended
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a language model on a text corpus, tracking attention entropy as it learns",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  attnlab train --train wikitext-2/valid.txt --valid wikitext-2/test.txt --out runs/lm1 --steps 2000\n"
+        "  attnlab train --train my_corpus/ --out runs/lm5 --layers 5 --optimizer adam --lr 1e-4\n"
+        "  attnlab train --train my.txt --out runs/lm1 --group-lr 'layers.0.linear*=10' --resume\n"
+        "  attnlab train --model llama --train tinyshakespeare/input.txt --out runs/llama --optimizer adam \\\n"
+        "      --lr 1e-3 --batching random --bptt 256 --batch-size 8 --steps 1000   # -> runs/llama/model/\n"
+        "  attnlab train --model runs/llama/model --train kjv/kjv.txt --out runs/llama-kjv --optimizer adam --lr 3e-4\n"
+        "Corpus names like wikitext-2/valid.txt are looked up under $ATTNLAB_DATA, ./data and ../shared/data;\n"
+        "hf:OWNER/NAME/CONFIG:SPLIT reads a Hugging Face dataset when the network allows.",
+    )
+    p.add_argument("--train", required=True, help="training text: a file, a folder of *.txt, or a corpus name")
+    p.add_argument("--valid", help="validation text (default: none, no validation loss)")
+    p.add_argument("--holdout", type=float, metavar="FRACTION",
+                   help="without --valid: validate on the last FRACTION of the training lines (e.g. 0.05)")
+    p.add_argument("--out", required=True, type=Path, help="run folder")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    m = p.add_argument_group("model and tokenizer")
+    m.add_argument("--model", default="tutorial",
+                   help="tutorial (post-LN, the authors'), llama (a new Llama-style decoder) or the path of a "
+                        "Hugging Face causal-LM folder to fine-tune (default: tutorial)")
+    m.add_argument("--tokenizer",
+                   help="word (basic_english), bpe (byte-level, trained on --train and cached) or a tokenizer "
+                        "folder (default: word for tutorial, bpe for llama, the model's own for a folder)")
+    m.add_argument("--vocab-size", "--max-vocab", dest="vocab_size", type=int,
+                   help="word: vocabulary limit, <unk> included (default: every word); bpe: size (default 4096)")
+    m.add_argument("--layers", type=int, help="blocks (default: 1 tutorial, 4 llama)")
+    m.add_argument("--heads", type=int, help="attention heads (default: 1 tutorial, 4 llama)")
+    m.add_argument("--kv-heads", type=int, help="llama: key/value heads, grouped-query (default: heads/2)")
+    m.add_argument("--d-model", type=int, help="width (default: 200 tutorial, 256 llama)")
+    m.add_argument("--d-ffn", type=int, help="feed-forward width (default: 200 tutorial, 768 llama)")
+    m.add_argument("--dropout", type=float, help="dropout (default: 0.2 tutorial, 0 llama: attention only)")
+    m.add_argument("--max-len", type=int, help="llama: max_position_embeddings (default: --bptt)")
+    m.add_argument("--rope-theta", type=float, help="llama: RoPE base (default 10000)")
+    t = p.add_argument_group("training")
+    t.add_argument("--optimizer", default="sgd", help="sgd or adam (default sgd)")
+    t.add_argument("--lr", type=float, default=5.0)
+    t.add_argument("--group-lr", action="append", default=[], metavar="GLOB=LR",
+                   help="learning rate for parameters whose name matches GLOB (repeatable)")
+    t.add_argument("--clip", type=float, default=0.5, help="max gradient norm (0: off)")
+    t.add_argument("--batching", default="bptt", help="bptt (the tutorial's parallel streams) or random windows")
+    t.add_argument("--batch-size", type=int, default=20)
+    t.add_argument("--bptt", type=int, default=35, help="sequence length")
+    t.add_argument("--steps", type=int, default=1500)
+    t.add_argument("--track-every", type=int, default=100)
+    t.add_argument("--eval-every", type=int, default=500)
+    t.add_argument("--snapshot-steps", default="", help="comma-separated steps to keep attention maps at")
+    t.add_argument("--checkpoint-every", type=int, default=500)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--device", default="cpu")
+
+
+def _settings(args) -> dict:
+    """The run's settings as written to config.json (paths as strings)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"}
+
+
+def _check_resume(out: Path, settings: dict) -> None:
+    """A resumed run must use the settings it was started with (all but RESUME_FREE)."""
+    try:
+        saved = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"--resume: {out}/config.json is missing or unreadable; start a new run folder") from None
+    diff = [f"--{k.replace('_', '-')} {saved.get(k)!r} then, {v!r} now" for k, v in settings.items()
+            if k not in RESUME_FREE and saved.get(k) != v]
+    if diff:
+        raise UsageError(f"--resume: {out} was written by a different config ({'; '.join(diff)}); resume with "
+                         "the same settings or start a new run folder")
+
+
+def _check_model_args(args) -> None:
+    """--model and the architecture flags agree, before anything is read or built."""
+    flag = lambda k: f"--{k.replace('_', '-')}"  # noqa: E731
+    if args.model in MODEL_DEFAULTS:
+        if args.model == "tutorial" and (extra := [flag(k) for k in ("kv_heads", "max_len", "rope_theta")
+                                                   if getattr(args, k) is not None]):
+            raise UsageError(f"{', '.join(extra)} apply to --model llama only")
+        return
+    if not (Path(args.model).expanduser() / "config.json").is_file():
+        raise UsageError(f"--model {args.model}: use tutorial, llama or a Hugging Face model folder (one with "
+                         "config.json, e.g. the model/ folder of an attnlab train run)")
+    if given := [flag(k) for k in ARCH_FLAGS if getattr(args, k) is not None]:
+        raise UsageError(f"{', '.join(given)} shape a new model; --model {args.model} is loaded as it is")
+
+
+def _build_model(args, vocab_size: int):
+    """The new model named by --model (tutorial or llama), architecture defaults filled in."""
+    import torch
+
+    arch = {k: v if (v := getattr(args, k)) is not None else MODEL_DEFAULTS[args.model].get(k) for k in ARCH_FLAGS}
+    torch.manual_seed(args.seed)
+    if args.model == "tutorial":
+        from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
+
+        return TutorialTransformer(TutorialConfig(vocab_size, arch["d_model"], arch["heads"], arch["d_ffn"],
+                                                  arch["layers"], arch["dropout"]))
+    from attnlab.models.causal_lm import LlamaLMConfig, build_llama
+
+    heads = arch["heads"]
+    return build_llama(LlamaLMConfig(
+        vocab_size, arch["d_model"], arch["layers"], heads,
+        arch["kv_heads"] or (heads // 2 if heads % 2 == 0 else heads), arch["d_ffn"], arch["max_len"] or args.bptt,
+        arch["rope_theta"] or 10000.0, arch["dropout"]))
+
+
+def cmd_train(args) -> int:
+    from attnlab.experiments.runner import check_device
+    from attnlab.models.tokenizer import load_tokenizer, make_tokenizer
+    from attnlab.train.plots import training_figure
+    from attnlab.train.trainer import TrainConfig, Trainer
+    from attnlab.data.sources import read_corpus
+
+    device = check_device(args.device)
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file: give a folder")
+    if not args.resume and (out / "metrics.jsonl").exists():
+        raise UsageError(f"--out {out} already holds a run: add --resume to continue it, or pick another folder")
+    if args.resume and not (out / "checkpoint.pt").is_file():
+        raise UsageError(f"--resume: {out} has no checkpoint.pt; start without --resume")
+    _check_model_args(args)
+    if args.vocab_size is not None and args.vocab_size < 1:
+        raise UsageError(f"vocabulary limit {args.vocab_size}: use at least 1 (or leave it out)")
+    try:
+        snaps = tuple(int(s) for s in args.snapshot_steps.split(",") if s.strip())
+    except ValueError:
+        raise UsageError(f"--snapshot-steps {args.snapshot_steps!r}: give comma-separated integers") from None
+    cfg = TrainConfig(optimizer=args.optimizer, lr=args.lr, group_lrs=tuple(args.group_lr), clip=args.clip,
+                      batching=args.batching, batch_size=args.batch_size, bptt=args.bptt, steps=args.steps,
+                      track_every=args.track_every, eval_every=args.eval_every, snapshot_steps=snaps,
+                      checkpoint_every=args.checkpoint_every, seed=args.seed)
+    if args.holdout is not None and (args.valid or not 0 < args.holdout < 1):
+        raise UsageError(f"--holdout {args.holdout}: give a fraction in (0, 1), and no --valid with it")
+    train_lines = read_corpus(args.train, "--train", "--train PATH")
+    valid_lines = read_corpus(args.valid, "--valid", "--valid PATH") if args.valid else None
+    if args.holdout:  # the tail, so the split is contiguous text and the same every time
+        cut = round(len(train_lines) * (1 - args.holdout))
+        train_lines, valid_lines = train_lines[:cut], train_lines[cut:]
+    loaded = None
+    if args.model not in MODEL_DEFAULTS:
+        from attnlab.models.causal_lm import load_causal_lm
+
+        loaded = load_causal_lm(args.model)
+    if args.resume:  # the run's own tokenizer, whatever the text would give now
+        tokenizer = load_tokenizer(out / "tokenizer")
+    else:
+        spec = args.tokenizer or {"tutorial": "word", "llama": "bpe"}.get(args.model, args.model)
+        tokenizer = make_tokenizer(spec, train_lines, args.vocab_size)
+    if loaded is not None and loaded.hf.config.vocab_size < tokenizer.vocab_size:
+        raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's embedding only "
+                         f"{loaded.hf.config.vocab_size}: use the model's own tokenizer")
+    model = loaded or _build_model(args, tokenizer.vocab_size)
+    trainer = Trainer(model, tokenizer.encode_lines(train_lines),
+                      None if valid_lines is None else tokenizer.encode_lines(valid_lines), cfg, out, device)
+    settings = _settings(args)
+    if args.resume:
+        _check_resume(out, settings)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
+        tokenizer.save(out / "tokenizer")
+    lines = trainer.fit(resume=args.resume)
+    training_figure(lines, trainer.snapshots, out / "training.png", f"{args.model} on {args.train}")
+    saved = ""
+    if hasattr(model, "save_pretrained"):
+        folder = model.save_pretrained(out / "model", tokenizer)
+        saved = f"; Hugging Face checkpoint: {folder} (AutoModelForCausalLM.from_pretrained)"
+    last = lines[-1]
+    valid = f", valid loss {last['valid_loss']:.3f}" if "valid_loss" in last else ""
+    print(f"attnlab train: {last['step']} steps, train loss {last['train_loss']:.3f}{valid}; "
+          f"layer entropies {[round(sum(h) / len(h), 3) for h in last['entropy']]}; run: {out}/metrics.jsonl{saved}")
+    return 0

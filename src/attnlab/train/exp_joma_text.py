@@ -1,0 +1,138 @@
+"""``joma-wikitext``: per-layer attention entropy of the tutorial transformer over training on
+WikiText-2, for several depths (the JoMA real-text figure: 1/2/5/10 layers).
+
+JoMA predicts attention that first gets sparse (entropy drops sharply) and then denser again
+(a partial recovery), and a last layer that stays denser in deeper models. The setup is the
+authors' (THEORY.md §2.5): dropout 0.2, batch 20 x bptt 35, Adam at constant lr 1e-4, clip 0.5;
+entropy -Σ a log(a + 1e-8) averaged over query rows, on one fixed probe minibatch. Their 20
+epochs of WikiText-2 train (≈59k minibatches) are replaced by 3,000 minibatches, ≈10 epochs of
+the substitute training split (WikiText-2 valid, ≈310 minibatches an epoch); the best validation
+loss is the minimum over evaluations, as the paper reports it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.core.errors import ConfigError
+from attnlab.experiments.claims import check
+from attnlab.experiments.registry import Result, register
+from attnlab.train.plots import layer_entropy, plot_entropy, plot_losses
+from attnlab.train.runs import data_summary, load_wordlevel, train_depths
+from attnlab.train.trainer import TrainConfig
+from attnlab.core.plotting import plt
+
+PAPER_BEST_VALID = {1: 5.357, 2: 5.255, 5: 5.169, 10: 5.110}  # WikiText-2, mean of 3 seeds (train split)
+
+
+@dataclass(frozen=True)
+class JomaTextConfig:
+    train: str = "wikitext-2/valid.txt"  # stands in for the unavailable train split
+    valid: str = "wikitext-2/test.txt"
+    max_vocab: int = 0  # 0: every training word type
+    layers: tuple[int, ...] = (1, 2, 5)  # 10 is available: --set layers=1,2,5,10
+    dropout: float = 0.2
+    lr: float = 1e-4
+    steps: int = 3000  # ≈ 10 epochs of the substitute split (the paper's 59k minibatches: hours on 2 cores)
+    track_every: int = 50
+    eval_every: int = 500
+    eval_batches: int = 0  # 0: the whole validation split
+    seed: int = 0
+    # claim thresholds, fixed before the first run
+    drop_ratio: float = 0.85  # layer-0 entropy falls to <= 0.85 x its step-0 value ...
+    drop_within: float = 0.5  # ... within the first half of training
+    recovery_fraction: float = 0.1  # partial recovery: 0.1 <= (final - min) / (start - min) <= 1
+
+    def __post_init__(self):
+        if not self.layers or min(self.layers) < 1:
+            raise ConfigError(f"layers={self.layers}: give layer counts >= 1, e.g. layers=1,2,5")
+        if self.max_vocab < 0:
+            raise ConfigError(f"max_vocab={self.max_vocab}: use 0 (no limit) or a positive size")
+        if self.steps < 2 * self.track_every:
+            raise ConfigError(f"steps={self.steps} must be at least 2 x track_every={self.track_every} "
+                              "so an entropy curve exists")
+
+
+def curve_shape(steps: np.ndarray, h: np.ndarray) -> dict:
+    """Drop and recovery of one entropy curve h (steps,): start, min, where, final, recovered share."""
+    i = int(np.argmin(h))
+    drop = h[0] - h[i]
+    return {"start": float(h[0]), "min": float(h[i]), "min_step": int(steps[i]), "final": float(h[-1]),
+            "recovered": float((h[-1] - h[i]) / drop) if drop > 0 else 0.0}
+
+
+@register(
+    "joma-wikitext",
+    "JoMA real-text figure: per-layer attention entropy drops sharply, then partly recovers; 1/2/5-layer "
+    "tutorial transformers on WikiText-2 (Adam 1e-4).",
+    JomaTextConfig,
+    quick={"layers": (1, 2), "steps": 200, "max_vocab": 5000, "eval_every": 100, "eval_batches": 10,
+           "track_every": 10},
+)
+def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
+    vocab, train_ids, valid_ids = load_wordlevel(cfg.train, cfg.valid, cfg.max_vocab)
+    tcfg = TrainConfig(optimizer="adam", lr=cfg.lr, steps=cfg.steps, track_every=cfg.track_every,
+                       eval_every=cfg.eval_every, eval_batches=cfg.eval_batches, checkpoint_every=cfg.steps,
+                       seed=cfg.seed)
+    runs = train_depths(cfg.layers, len(vocab), cfg.dropout, tcfg, train_ids, valid_ids, ctx, cfg.seed)
+
+    table, claims = {}, []
+    for depth, (lines, _) in runs.items():
+        steps = np.array([line["step"] for line in lines])
+        h = layer_entropy(lines)  # (points, layers)
+        valid = [line["valid_loss"] for line in lines if "valid_loss" in line]
+        table[depth] = {"layers": [curve_shape(steps, h[:, l]) for l in range(depth)],
+                        "best_valid_loss": min(valid), "final_valid_loss": valid[-1],
+                        "paper_best_valid_loss": PAPER_BEST_VALID.get(depth)}
+        h0 = h[:, 0]  # the lowest layer, as in Fig. 7
+        early = h0[steps <= cfg.drop_within * cfg.steps].min()
+        claims.append(check(
+            f"{depth}-layer: sharp early drop, lowest layer-0 entropy within the first {cfg.drop_within:.0%} of "
+            f"training over its step-0 value ({early:.3f} / {h0[0]:.3f})", early / h0[0], cfg.drop_ratio, 0.0,
+            "at_most"))
+        l0 = table[depth]["layers"][0]
+        lo = cfg.recovery_fraction
+        claims.append(check(
+            f"{depth}-layer: later partial recovery, share of the layer-0 drop regained by the end, between "
+            f"{lo:.0%} and 100% (min {l0['min']:.3f} at step {l0['min_step']} -> final {l0['final']:.3f}; start "
+            f"{l0['start']:.3f})", l0["recovered"], (1 + lo) / 2, (1 - lo) / 2, "abs"))
+    depths = sorted(table)
+    if len(depths) > 1:
+        last = [table[d]["layers"][-1]["final"] for d in depths]
+        claims.append(check(
+            "deeper models' last layers stay higher: final last-layer entropy rises with depth "
+            f"({', '.join(f'{d}L {v:.3f}' for d, v in zip(depths, last))}); pairs in order",
+            sum(a < b for a, b in zip(last, last[1:])), len(depths) - 1, 0.0, "at_least"))
+        best = [table[d]["best_valid_loss"] for d in depths]
+        claims.append(check(
+            "best validation loss falls with depth "
+            f"({', '.join(f'{d}L {v:.3f}' for d, v in zip(depths, best))}); pairs in order",
+            sum(a > b for a, b in zip(best, best[1:])), len(depths) - 1, 0.0, "at_least"))
+
+    _figure(cfg, ctx, runs)
+    summary = (data_summary(cfg.train, cfg.valid, vocab, train_ids, valid_ids)
+               + f"; Adam lr {cfg.lr:g}, clip 0.5, dropout {cfg.dropout}, "
+               f"batch 20 x bptt 35, {cfg.steps} steps (≈{cfg.steps * 700 / train_ids.numel():.1f} epochs). "
+               + " ".join(f"{d} layer(s): best valid loss {row['best_valid_loss']:.3f} (paper, on the real train "
+                          f"split: {row['paper_best_valid_loss'] or 'n/a'}); entropy start -> min -> final per layer: "
+                          + "; ".join(f"L{l} {c['start']:.2f} -> {c['min']:.2f} (step {c['min_step']}) -> "
+                                      f"{c['final']:.2f}" for l, c in enumerate(row["layers"])) + "."
+                          for d, row in table.items()))
+    return Result(claims, {"runs": {str(k): v for k, v in table.items()}}, {
+        "joma_wikitext.png": "Attention entropy per layer over training (probe minibatch, dropout off), one panel per "
+                             "depth; dotted: the uniform causal attention's entropy. Right: training (solid) and "
+                             "validation (dashed) loss."}, summary)
+
+
+def _figure(cfg: JomaTextConfig, ctx, runs) -> None:
+    n = len(runs)
+    fig, axes = plt.subplots(1, n + 1, figsize=(3.6 * (n + 1), 3.3), squeeze=False, layout="constrained")
+    t = 35  # the probe's sequence length: uniform causal attention has mean entropy (1/T) Σ ln i
+    uniform = float(np.mean(np.log(np.arange(1, t + 1))))
+    for ax, (depth, (lines, _)) in zip(axes[0], runs.items()):
+        plot_entropy(ax, lines, f"{depth} layer{'s' if depth > 1 else ''}", max_entropy=uniform)
+    for k, (depth, (lines, _)) in enumerate(runs.items()):
+        plot_losses(axes[0, -1], lines, f"{depth}L", color=f"C{k}")
+    axes[0, -1].set_title("loss", fontsize=9)
+    ctx.savefig(fig, "joma_wikitext.png")

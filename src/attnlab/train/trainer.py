@@ -1,0 +1,272 @@
+"""Train a language model while tracking its attention; checkpoint and resume exactly.
+
+The model is any module with ``forward(x (B, T), attentions: bool) -> (logits (B, T, V),
+[attention (B, H, T, T) per layer])``; it may return no maps when ``attentions`` is False (a
+Hugging Face model then keeps its fast fused attention for the training steps). Every
+``track_every`` steps one line goes to ``metrics.jsonl``: training loss (mean since the last
+line), per-layer and per-head attention entropy (the theory half's
+:func:`attnlab.core.metrics.attention_entropy`, averaged over batch and query rows), the
+share of attention on the first token, and, every ``eval_every`` steps, validation loss.
+Attention is always measured on one fixed probe minibatch (the first training batch) with
+dropout off, so its curve compares like with like; the probe's first sequence's maps are
+kept at ``snapshot_steps``.
+
+Resume: ``checkpoint.pt`` holds the model, the optimiser, the step and every RNG state (dropout
+draws from torch's global generator; random windows from their own), so a run killed after a
+checkpoint and resumed writes the same metrics as one that never stopped.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from attnlab.core.errors import ConfigError, UsageError
+from attnlab.train.batching import batchify, bptt_batches, random_windows
+from attnlab.core.metrics import attention_entropy
+
+OPTIMIZERS = ("sgd", "adam")
+BATCHINGS = ("bptt", "random")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    optimizer: str = "sgd"
+    lr: float = 5.0
+    # per-parameter-group learning rates, "glob=lr" on parameter names; Scan&Snap Fig. 7 uses
+    # lr 10 for the layer-0 FFN and 5 elsewhere: ("layers.0.linear*=10",)
+    group_lrs: tuple[str, ...] = ()
+    clip: float = 0.5  # max gradient norm; 0 disables
+    batching: str = "bptt"
+    batch_size: int = 20  # parallel streams (bptt) or windows (random)
+    bptt: int = 35  # sequence length
+    steps: int = 1500
+    track_every: int = 100
+    eval_every: int = 500
+    eval_batches: int = 50  # validation minibatches per evaluation (0: the whole split)
+    snapshot_steps: tuple[int, ...] = ()
+    checkpoint_every: int = 500
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer={self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
+        if self.batching not in BATCHINGS:
+            raise ConfigError(f"batching={self.batching!r}: use one of {', '.join(BATCHINGS)}")
+        if not self.lr > 0 or self.clip < 0:
+            raise ConfigError(f"lr={self.lr}, clip={self.clip}: need lr > 0 and clip >= 0")
+        for name in ("batch_size", "bptt", "track_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)}: use at least 1")
+        if self.steps < 0 or self.eval_batches < 0:
+            raise ConfigError("steps and eval_batches must be >= 0")
+        parse_group_lrs(self.group_lrs)
+
+
+def parse_group_lrs(specs: tuple[str, ...]) -> list[tuple[str, float]]:
+    out = []
+    for spec in specs:
+        pattern, sep, value = spec.rpartition("=")
+        try:
+            lr = float(value)
+        except ValueError:
+            lr = float("nan")
+        if not sep or not pattern or not lr > 0:
+            raise ConfigError(f"group_lrs entry {spec!r}: write PARAM_GLOB=LR with LR > 0, e.g. layers.0.linear*=10")
+        out.append((pattern, lr))
+    return out
+
+
+def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
+    """One group per learning rate; the first matching glob wins, the rest get ``cfg.lr``."""
+    rules = parse_group_lrs(cfg.group_lrs)
+    groups: dict[float, list] = {}
+    matched = set()
+    for name, p in model.named_parameters():
+        lr = cfg.lr
+        for i, (pattern, rule_lr) in enumerate(rules):
+            if fnmatch.fnmatchcase(name, pattern):
+                lr = rule_lr
+                matched.add(i)
+                break
+        groups.setdefault(lr, []).append(p)
+    if unused := [rules[i][0] for i in range(len(rules)) if i not in matched]:
+        raise ConfigError(f"group_lrs pattern(s) {unused} match no parameter; names look like "
+                          f"{next(iter(dict(model.named_parameters())))!r}")
+    return [{"params": ps, "lr": lr} for lr, ps in groups.items()]
+
+
+def attention_stats(maps: list[torch.Tensor]) -> dict:
+    """Per layer: entropy per head (mean over batch and query rows) and mean attention on token 0."""
+    entropy = [attention_entropy(a).mean((0, 2)).tolist() for a in maps]  # a: (B, H, T, T) -> (H,)
+    first = [float(a[..., 0].mean()) for a in maps]
+    return {"entropy": entropy, "first_token_share": first}
+
+
+class Trainer:
+    def __init__(self, model: nn.Module, train_ids: torch.Tensor, valid_ids: torch.Tensor | None,
+                 cfg: TrainConfig, run_dir: str | Path, device: str = "cpu"):
+        self.model, self.cfg, self.device = model.to(device), cfg, device
+        self.run_dir = Path(run_dir)
+        self.train_src = self._prepare(train_ids, "training")
+        self.valid_src = None if valid_ids is None else self._prepare(valid_ids, "validation")
+        self.opt = (torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam)(param_groups(model, cfg))
+        self.gen = torch.Generator().manual_seed(cfg.seed)  # random windows
+        self.step = 0
+        self.loss_acc = [0.0, 0]  # training-loss sum and count since the last metrics line
+        self.snapshots: dict[int, list[torch.Tensor]] = {}
+
+    def _prepare(self, ids: torch.Tensor, split: str) -> torch.Tensor:
+        cfg = self.cfg
+        if cfg.batching == "random":
+            if ids.numel() < cfg.bptt + 1:
+                raise UsageError(f"the {split} split has {ids.numel()} tokens, fewer than bptt+1={cfg.bptt + 1}")
+            return ids
+        src = batchify(ids, cfg.batch_size)
+        if cfg.bptt > src.shape[0] - 1:
+            raise UsageError(f"bptt={cfg.bptt} is longer than the {split} data allows ({src.shape[0]} tokens per "
+                             f"stream with batch_size={cfg.batch_size}): lower bptt or batch_size, or give more text")
+        return src
+
+    # ------------------------------------------------------------------ batches
+    def _batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Minibatch ``step`` (0-based): bptt cycles through the streams epoch after epoch."""
+        if self.cfg.batching == "random":
+            return random_windows(self.train_src, self.cfg.batch_size, self.cfg.bptt, self.gen)
+        n = (self.train_src.shape[0] - 2) // self.cfg.bptt + 1  # minibatches per epoch
+        i = (step % n) * self.cfg.bptt
+        t = min(self.cfg.bptt, self.train_src.shape[0] - 1 - i)
+        return self.train_src[i : i + t].t(), self.train_src[i + 1 : i + 1 + t].t()
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean next-token cross-entropy on the validation split (dropout off)."""
+        self.model.eval()
+        total, count = 0.0, 0
+        if self.cfg.batching == "random":
+            g = torch.Generator().manual_seed(12345)  # the same windows at every evaluation
+            batches = (random_windows(self.valid_src, self.cfg.batch_size, self.cfg.bptt, g)
+                       for _ in range(self.cfg.eval_batches or 50))
+        else:
+            batches = bptt_batches(self.valid_src, self.cfg.bptt)
+        for k, (x, y) in enumerate(batches):
+            if self.cfg.eval_batches and k >= self.cfg.eval_batches:
+                break
+            logits, _ = self.model(x.to(self.device), attentions=False)
+            total += nn.functional.cross_entropy(logits.flatten(0, 1), y.to(self.device).flatten(), reduction="sum").item()
+            count += y.numel()
+        self.model.train()
+        return total / count
+
+    # ------------------------------------------------------------------ checkpoints
+    def _config_json(self) -> dict:
+        """What a checkpoint must match to be resumed; ``steps`` may grow, to extend a run."""
+        train = {k: v for k, v in asdict(self.cfg).items() if k != "steps"}
+        return {"train": train, "model": repr(getattr(self.model, "cfg", type(self.model).__name__))}
+
+    def save_checkpoint(self) -> None:
+        state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
+                 "loss_acc": self.loss_acc, "torch_rng": torch.get_rng_state(), "window_rng": self.gen.get_state(),
+                 "config": self._config_json(), "snapshots": self.snapshots}
+        tmp = self.run_dir / "checkpoint.pt.tmp"
+        torch.save(state, tmp)
+        tmp.replace(self.run_dir / "checkpoint.pt")  # atomic: a kill never leaves half a checkpoint
+
+    def load_checkpoint(self) -> None:
+        path = self.run_dir / "checkpoint.pt"
+        if not path.is_file():
+            raise UsageError(f"{self.run_dir}: no checkpoint.pt to resume from; start without --resume")
+        state = torch.load(path, weights_only=False)
+        if state["config"] != self._config_json():
+            raise UsageError(f"{path} was written by a different config; resume with the same settings "
+                             "or start a new run folder")
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        self.gen.set_state(state["window_rng"])
+        self.step, self.snapshots, self.loss_acc = state["step"], state["snapshots"], state["loss_acc"]
+        # drop metric lines written after the checkpoint: the resumed run writes them again
+        lines = (self.run_dir / "metrics.jsonl").read_text().splitlines() if (self.run_dir / "metrics.jsonl").exists() else []
+        kept = [line for line in lines if json.loads(line)["step"] <= self.step]
+        (self.run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self, resume: bool = False, show_progress: bool = True,
+            on_step: Callable[[int], None] | None = None, desc: str = "train") -> list[dict]:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self.load_checkpoint()
+        else:
+            torch.manual_seed(cfg.seed)  # dropout draws
+            (self.run_dir / "metrics.jsonl").write_text("")
+            stats, maps = self._probe()
+            if 0 in self.cfg.snapshot_steps:
+                self.snapshots[0] = [a[0].cpu() for a in maps]
+            self._log(self._record(stats, None))
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=desc, disable=None if show_progress else True,
+                   leave=False, unit="step")
+        self.model.train()
+        tokens, t0 = 0, time.perf_counter()
+        snap = set(cfg.snapshot_steps)
+        while self.step < cfg.steps:
+            x, y = self._batch(self.step)
+            x, y = x.to(self.device), y.to(self.device)
+            logits, _ = self.model(x, attentions=False)
+            loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.clip:
+                nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
+            self.opt.step()
+            self.step += 1
+            self.loss_acc = [self.loss_acc[0] + loss.item(), self.loss_acc[1] + 1]
+            tokens += y.numel()
+            tracked = self.step % cfg.track_every == 0 or self.step == cfg.steps
+            if tracked or self.step in snap:
+                stats, probe_maps = self._probe()
+                if self.step in snap:
+                    self.snapshots[self.step] = [a[0].cpu() for a in probe_maps]  # (H, T, T) per layer
+            if tracked:
+                line = self._record(stats, self.loss_acc[0] / self.loss_acc[1])
+                self._log(line)
+                self.loss_acc = [0.0, 0]
+                bar.set_postfix(loss=f"{line['train_loss']:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
+            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
+                self.save_checkpoint()
+            bar.update()
+            if on_step:
+                on_step(self.step)
+        bar.close()
+        return [json.loads(line) for line in (self.run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    @torch.no_grad()
+    def _probe(self) -> tuple[dict, list[torch.Tensor]]:
+        """Attention statistics on one fixed minibatch (the first training batch), dropout off, so
+        every step is measured on the same tokens the same way. -> (stats, maps)."""
+        if not hasattr(self, "_probe_x"):
+            self._probe_x = (self.train_src[: self.cfg.bptt].t() if self.cfg.batching == "bptt"
+                             else self.train_src[: self.cfg.bptt].view(1, -1)).to(self.device)
+        was_training = self.model.training
+        self.model.eval()
+        _, maps = self.model(self._probe_x, attentions=True)
+        self.model.train(was_training)
+        return attention_stats(maps), maps
+
+    def _record(self, stats: dict, train_loss: float | None) -> dict:
+        line = {"step": self.step, "train_loss": train_loss, **stats}
+        if self.valid_src is not None and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
+            line["valid_loss"] = self.evaluate()
+        return line
+
+    def _log(self, line: dict) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")

@@ -1,0 +1,223 @@
+"""Passkey prompts and retrieval, sliding-window long-context perplexity (tiny models, no network)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.core.errors import UsageError
+from attnlab.evals.longppl import long_ppl, window_ends
+from attnlab.evals.passkey import PasskeyPrompts, answer_of, check_fits, passkey_cases, retrieve
+from attnlab.rope.apply import ScaledRope
+from attnlab.rope.scalings import make_scaling
+from tiny_models import byte_tokenizer, save_gpt2, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return PasskeyPrompts(byte_tokenizer())
+
+
+def test_cases_are_a_fixed_grid_with_fixed_keys():
+    a, b = passkey_cases([400, 800], [0.0, 0.5, 1.0], 2, seed=0), passkey_cases([400, 800], [0.0, 0.5, 1.0], 2, seed=0)
+    assert a == b and len(a) == 12
+    assert all(1 <= c.key <= 50000 for c in a)
+    assert len({c.key for c in a}) > 1
+
+
+@pytest.mark.parametrize("length", [400, 777, 1500])
+@pytest.mark.parametrize("depth", [0.0, 0.3, 1.0])
+def test_prompt_has_the_exact_length_and_the_key_at_its_depth(prompts, length, depth):
+    case = passkey_cases([length], [depth], 1, seed=4)[0]
+    ids = prompts.build(case)
+    assert len(ids) == length
+    key = prompts.key_sentence(case.key)
+    starts = [i for i in range(len(ids) - len(key) + 1) if ids[i:i + len(key)] == key]
+    assert len(starts) == 1
+    assert ids[:len(prompts.head)] == prompts.head and ids[-len(prompts.question):] == prompts.question
+    body = len(ids) - len(prompts.head) - len(key) - len(prompts.question)
+    rel = (starts[0] - len(prompts.head)) / body  # where the key sits inside the filler
+    assert abs(rel - depth) <= len(prompts.filler) / body + 1e-9
+    text = byte_tokenizer().decode(ids)
+    assert f"The pass key is {case.key}. Remember it. {case.key} is the pass key." in text
+    assert text.endswith("What is the pass key? The pass key is")
+
+
+def test_too_short_prompts_and_too_long_prefills_are_refused(prompts):
+    with pytest.raises(UsageError, match="at least"):
+        prompts.build(passkey_cases([50], [0.5], 1)[0])
+    with pytest.raises(UsageError, match="shorter --lengths"):
+        check_fits(tiny_llama().config, 10 ** 12)
+
+
+@pytest.mark.parametrize("text, key", [(" 4821. Remember", 4821), ("is 17 and 3", 17), (" none", None)])
+def test_answer_is_the_first_integer(text, key):
+    assert answer_of(text) == key
+
+
+def test_retrieve_is_greedy_generate():
+    model, tok = tiny_llama(), byte_tokenizer()
+    ids = torch.randint(0, 255, (60,), generator=torch.Generator().manual_seed(0)).tolist()
+    with torch.no_grad():
+        ref = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)[0, 60:]
+    assert retrieve(model, tok, ids, max_new=8) == tok.decode(ref.tolist(), skip_special_tokens=True)
+
+
+# -- long-context perplexity ----------------------------------------------------------------------
+def _classic(model, ids, n, stride, ends):
+    """The protocol spelled out: per window of n tokens ending at e, a full forward and the NLL of
+    its last stride tokens."""
+    out = []
+    for e in ends:
+        with torch.no_grad():
+            logits = model(ids[None, e - n:e]).logits[0, :-1]
+        nll = -F.log_softmax(logits, -1).gather(-1, ids[e - n + 1:e, None])[:, 0]
+        out.append(float(nll[-stride:].mean()))
+    return out
+
+
+def test_long_ppl_is_the_sliding_window_protocol_on_the_same_tokens():
+    model = tiny_llama()
+    ids = torch.randint(0, 300, (200,), generator=torch.Generator().manual_seed(2))
+    lengths, stride = [32, 48, 96], 16
+    res = long_ppl(model, ids, lengths, stride=stride)
+    ends = window_ends(200, 96, stride, None)
+    assert ends == list(range(96, 201, 16))  # every length scores tokens e-16 .. e-1 of the same ends
+    for n in lengths:
+        np.testing.assert_allclose(res.nll[n], _classic(model, ids, n, stride, ends), atol=1e-5)
+        assert res.ppl(n) == pytest.approx(math.exp(np.mean(res.nll[n])))
+
+
+def test_dynamic_ntk_is_scored_at_each_length_own_frequencies():
+    """Dynamic NTK follows the forward's length: a 48-token window (inside the trained 64) is
+    scored with the original RoPE, a 96-token one with rescaled frequencies."""
+    model = tiny_llama()
+    ids = torch.randint(0, 300, (120,), generator=torch.Generator().manual_seed(2))
+    plain = long_ppl(model, ids, [48, 96], stride=16, windows=2)
+    with ScaledRope(model, make_scaling("dynamic-ntk", 2.0)):
+        dyn = long_ppl(model, ids, [48, 96], stride=16, windows=2)
+    np.testing.assert_allclose(dyn.nll[48], plain.nll[48], atol=1e-6)
+    assert not np.allclose(dyn.nll[96], plain.nll[96], atol=1e-7, rtol=0)
+
+
+def test_window_cap_and_too_short_text():
+    assert window_ends(1000, 100, 10, 3) == [100, 550, 1000]
+    with pytest.raises(UsageError, match="longer --text"):
+        window_ends(50, 100, 10, None)
+
+
+# -- the commands ---------------------------------------------------------------------------------
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    from tiny_models import save_hf
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "text.txt").write_text("the cat sat on the mat and the dog ran to the cat. " * 40)
+    return save_hf(tmp_path / "m"), tmp_path / "text.txt"
+
+
+def test_passkey_command_writes_every_cell(folder, tmp_path, capsys):
+    import json
+
+    from attnlab.cli import main
+
+    model, _ = folder
+    out = tmp_path / "pk"
+    assert main(["passkey", "--model", str(model), "--scalings", "none,ntk,yarn", "--factor", "4",
+                 "--lengths", "400,500", "--depths", "0,1", "--samples", "2", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["passkey"]) == {"none", "ntk(s=4)", "yarn(s=4)"}
+    cells = m["passkey"]["ntk(s=4)"]
+    assert len(cells) == 2 * 2 * 2 and all(c["correct"] == (c["answer"] == c["key"]) for c in cells)
+    assert [c["key"] for c in cells] == [c["key"] for c in m["passkey"]["none"]]  # same prompts for every scaling
+    assert (out / "passkey.png").stat().st_size > 0
+    assert "passkey accuracy" in capsys.readouterr().out
+
+
+def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path):
+    import json
+
+    from attnlab.cli import main
+
+    model, text = folder
+    out = tmp_path / "lp"
+    assert main(["longppl", "--model", str(model), "--text", str(text), "--scalings", "none,pi,dynamic-ntk",
+                 "--factor", "2", "--lengths", "32,64,128", "--stride", "16", "--windows", "2", "--out", str(out)]) == 0
+    ppl = json.loads((out / "metrics.json").read_text())["ppl"]
+    assert set(ppl) == {"none", "pi(s=2)", "dynamic-ntk(s=2)"}
+    assert all(set(v) == {"32", "64", "128"} and all(math.isfinite(x) for x in v.values()) for v in ppl.values())
+    assert (out / "longppl.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("cmd, argv, message", [
+    ("passkey", ["--factor", "0.5"], "s >= 1"),
+    ("passkey", ["--scalings", "none,ntkk"], "did you mean 'ntk'"),
+    ("passkey", ["--lengths", "100000000000"], "shorter --lengths"),
+    ("longppl", ["--model", "GPT2"], "no rotary position embedding"),
+    ("longppl", ["--lengths", "64", "--stride", "128"], "every length >= the stride"),
+    ("longppl", ["--text", "/no/such/text.txt"], "--text PATH"),
+])
+def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cmd, argv, message):
+    from attnlab.cli import main
+
+    model, text = folder
+    if "GPT2" in argv:
+        g = save_gpt2(tmp_path / "gpt2")
+        argv = [a if a != "GPT2" else str(g) for a in argv]
+    base = [cmd, "--model", str(model), "--out", str(tmp_path / "o")] + (["--text", str(text)] if cmd == "longppl" else [])
+    assert main(base + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_pi_finetune_runs_small_and_saves_its_scaling(tmp_path, monkeypatch):
+    """The experiment end to end at toy size: two claims, the curves, and a PI model that reloads
+    with linear RoPE scaling in its config."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from attnlab.cli import main
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat and the dog ran to the cat.\n" * 200)
+    sets = {"train": text, "valid": text, "vocab_size": 300, "d_model": 16, "layers": 1, "heads": 2, "kv_heads": 1,
+            "d_ffn": 32, "short": 16, "long": 64, "base_steps": 6, "finetune_steps": 10, "eval_every": 5,
+            "eval_batches": 2, "batch_size": 2}
+    out = tmp_path / "pi"
+    argv = ["reproduce", "pi-finetune", "--out", str(out)] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    assert main(argv) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert len(m["claims"]) == 2 and m["steps"] == [0, 5, 10]
+    assert len(m["ppl_direct"]) == len(m["ppl_pi"]) == 3 and m["ppl_direct"][0] != m["ppl_pi"][0]
+    cfg = json.loads((out / "pi_model" / "config.json").read_text())
+    assert cfg["rope_parameters"]["rope_type"] == "linear" and cfg["rope_parameters"]["factor"] == 4.0
+    reloaded = AutoModelForCausalLM.from_pretrained(out / "pi_model")
+    pi_freq, _ = make_scaling("pi", 4.0).frequencies(10000.0, 8, 16)  # head dim 16 / 2 heads
+    torch.testing.assert_close(reloaded.model.rotary_emb.inv_freq, pi_freq, atol=0, rtol=1e-6)
+    assert (out / "pi_finetune.png").stat().st_size > 0
+
+
+def test_rope_experiments_state_their_claims(folder, tmp_path):
+    """rope-zero-shot end to end on the tiny model (trained context 64): 4 passkey claims (PI has
+    none), the PPL blow-up, 3 bounded curves and PI vs NTK at short range; passkey: its 4."""
+    import json
+
+    from attnlab.cli import main
+
+    model, text = folder
+    sets = {"model": model, "text": text, "lengths": "400", "depths": "0,1", "samples": 1,
+            "ppl_lengths": "32,64,128", "stride": 16, "windows": 1}
+    for name, n_claims in (("rope-zero-shot", 9), ("passkey", 4)):
+        out = tmp_path / name
+        argv = ["reproduce", name, "--out", str(out)]
+        argv += [a for k, v in sets.items() if name == "rope-zero-shot" or k in ("model", "lengths", "depths",
+                                                                                 "samples") for a in ("--set", f"{k}={v}")]
+        assert main(argv) == 0
+        claims = json.loads((out / "metrics.json").read_text())["claims"]
+        assert len(claims) == n_claims
+        assert all({"measured", "expected", "tolerance", "holds"} <= set(c) for c in claims)

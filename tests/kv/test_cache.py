@@ -1,0 +1,278 @@
+"""The evicting KV cache on tiny random models of four architectures (no network, no GPU)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import (AttentionInterface, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM,
+                          LlamaConfig, LlamaForCausalLM, OPTConfig, OPTForCausalLM)
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from attnlab.core.errors import UsageError
+from attnlab.kv.cache import PolicyCache, RopeSpec
+from attnlab.kv.policies import POLICIES, make_policy
+
+V, T = 64, 40
+
+
+def _models():
+    torch.manual_seed(0)
+    return {
+        "llama": LlamaForCausalLM(LlamaConfig(  # grouped-query attention, as SmolLM2
+            vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256)),
+        "gpt_neox": GPTNeoXForCausalLM(GPTNeoXConfig(  # partial rotary: half of each head rotates
+            vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            rotary_pct=0.5, max_position_embeddings=256)),
+        "gpt2": GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=256)),
+        "opt": OPTForCausalLM(OPTConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                        ffn_dim=64, max_position_embeddings=256, word_embed_proj_dim=32)),
+    }
+
+
+MODELS = {k: m.eval() for k, m in _models().items()}
+ROPE = ("llama", "gpt_neox")
+
+
+def _policy(name, budget):
+    return make_policy(name, budget=None if name == "full" else budget, n_sink=2)
+
+
+def _stream(model, cache, x, record=False):
+    """Token by token through the cache: logits (B, T, V) and, if asked, the slots each step attended."""
+    logits, seen = [], []
+    with cache, torch.no_grad():
+        for t in range(x.shape[1]):
+            logits.append(model(x[:, t:t + 1], past_key_values=cache).logits)
+            if record:
+                seen.append([layer.pos.clone() for layer in cache.layers])
+    return torch.cat(logits, 1), seen
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("arch", MODELS)
+@pytest.mark.parametrize("positions", ["original", "rolling"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_budget_covering_the_stream_equals_a_plain_forward(arch, positions, policy, tokens):
+    model = MODELS[arch]
+    if positions == "rolling" and arch not in ROPE:
+        pytest.skip("learned positions: rolling is refused (tested below)")
+    with torch.no_grad():
+        ref = model(tokens).logits
+    out, _ = _stream(model, PolicyCache(model, _policy(policy, T + 5), positions), tokens)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def _masked_attention(masks):
+    """An attention function for a dense forward that hides, per layer, KV head and query, the
+    tokens the cache had evicted: masks[layer] (B, Hkv, T, T) bool."""
+
+    def fn(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        g = query.shape[1] // key.shape[1]
+        m = masks[module.layer_idx].repeat_interleave(g, dim=1)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=m, scale=scaling, enable_gqa=g > 1)
+        return out.transpose(1, 2).contiguous(), None
+
+    return fn
+
+
+@pytest.mark.parametrize("arch", MODELS)
+@pytest.mark.parametrize("policy", ["window", "sinks", "h2o", "sinks+h2o"])
+def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(arch, policy, tokens):
+    model, budget = MODELS[arch], 9
+    out, seen = _stream(model, PolicyCache(model, _policy(policy, budget), "original"), tokens, record=True)
+    b, n_layers = tokens.shape[0], len(seen[0])
+    hkv = seen[0][0].shape[1]
+    masks = [torch.zeros(b, hkv, T, T, dtype=torch.bool) for _ in range(n_layers)]
+    for t, per_layer in enumerate(seen):
+        for layer, pos in enumerate(per_layer):  # pos (B, Hkv, S): stream indices query t attended to
+            masks[layer][:, :, t].scatter_(-1, pos, True)
+            assert pos.shape[-1] <= budget + 1  # really evicted: at most budget + the new token
+    AttentionInterface.register("test_masked", _masked_attention(masks))
+    AttentionMaskInterface.register("test_masked", sdpa_mask)
+    saved = model.config._attn_implementation
+    model.set_attn_implementation("test_masked")
+    try:
+        with torch.no_grad():
+            ref = model(tokens).logits
+    finally:
+        model.set_attn_implementation(saved)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert (out - model(tokens).logits).abs().max() > 1e-3  # eviction did change the output
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_h2o_scores_are_attention_column_sums(arch, tokens):
+    model = MODELS[arch]
+    cache = PolicyCache(model, make_policy("h2o", budget=T + 1), "original")
+    _stream(model, cache, tokens)
+    saved = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            att = model(tokens, output_attentions=True).attentions  # per layer (B, Hq, T, T)
+    finally:
+        model.set_attn_implementation(saved)
+    for layer, a in zip(cache.layers, att):
+        hkv = layer.score.shape[1]
+        expected = a.sum(2).view(a.shape[0], hkv, -1, T).sum(2)  # over queries and the group's heads
+        torch.testing.assert_close(layer.score, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positions", ["original", "rolling"])
+def test_kept_sets_hold_the_sinks_and_the_recent_window(positions, tokens):
+    model = MODELS["llama"]
+    for name, n_sink in (("sinks", 2), ("sinks+h2o", 2), ("h2o", 0), ("window", 0)):
+        policy = make_policy(name, budget=12, n_sink=2, recent=4 if "h2o" in name else None)
+        cache = PolicyCache(model, policy, positions)
+        _stream(model, cache, tokens)
+        for i in range(len(cache.layers)):
+            kept = cache.kept_positions(i)  # (B, H, S)
+            assert kept.shape[-1] == 12 + 1
+            for must in [*range(n_sink), *range(T - 4, T)]:
+                assert (kept == must).any(-1).all(), (name, must)
+            assert kept.unique(dim=-1).shape[-1] == kept.shape[-1]  # no slot stored twice
+
+
+def test_h2o_evicts_the_lowest_accumulated_score_outside_the_recent_window(tokens):
+    model, recent = MODELS["llama"], 4
+    cache = PolicyCache(model, make_policy("h2o", budget=10, recent=recent), "original")
+    states = []
+    with cache, torch.no_grad():
+        for t in range(T):
+            model(tokens[:, t:t + 1], past_key_values=cache)
+            states.append([(l.pos.clone(), l.score.clone()) for l in cache.layers])
+    evictions = 0
+    for t in range(1, T):
+        for (pos0, score0), (pos1, _) in zip(states[t - 1], states[t]):
+            for b in range(pos0.shape[0]):
+                for h in range(pos0.shape[1]):
+                    gone = set(pos0[b, h].tolist()) - set(pos1[b, h].tolist())
+                    if not gone:
+                        continue
+                    evictions += 1
+                    (e,) = gone
+                    old = pos0[b, h] < t - recent  # not in the recent window when the eviction ran
+                    assert e < t - recent
+                    e_score = score0[b, h][pos0[b, h] == e]
+                    assert (score0[b, h][old] >= e_score).all()
+    assert evictions > 0
+
+
+@pytest.mark.parametrize("arch", ROPE)
+def test_rolling_keys_sit_at_their_rank_in_the_cache(arch, tokens):
+    """Layer-0 keys depend only on token and position, so the stored (re-rotated) keys must equal
+    fresh keys computed at rank + (query position - cache size), the relative placement rolling means."""
+    model = MODELS[arch]
+    cache = PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2, recent=3), "rolling")
+    _stream(model, cache, tokens)
+    layer = cache.layers[0]
+    with torch.no_grad():
+        order = layer.pos.argsort(-1)
+        pos = layer.pos.gather(-1, order)  # (B, H, S) kept stream indices, in order
+        keys = layer.keys.gather(2, order[..., None].expand_as(layer.keys))
+        s = pos.shape[-1]
+        offset = layer.seen - s
+        for b in range(tokens.shape[0]):
+            for h in range(pos.shape[1]):
+                toks = tokens[b, pos[b, h]][None]
+                rank_pos = (torch.arange(s) + offset)[None]
+                ref = _layer0_keys(model, toks, rank_pos)[0, h]  # (S, D)
+                torch.testing.assert_close(keys[b, h], ref, atol=1e-5, rtol=1e-4)
+
+
+def _layer0_keys(model, toks, positions):
+    """Keys of layer 0 for tokens (1, S) placed at the given positions: through a full cache."""
+    cache = PolicyCache(model, make_policy("full"), "original")
+    with cache:
+        model(toks, position_ids=positions, past_key_values=cache)
+    return cache.layers[0].keys
+
+
+def test_batch_rows_are_independent_under_eviction(tokens):
+    model = MODELS["llama"]
+    both, _ = _stream(model, PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2), "rolling"), tokens)
+    for b in range(2):
+        one, _ = _stream(model, PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2), "rolling"),
+                         tokens[b:b + 1])
+        torch.testing.assert_close(both[b:b + 1], one, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", MODELS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_generate_runs_every_policy_and_memory_stays_bounded(arch, policy, tokens):
+    model = MODELS[arch]
+    positions = "rolling" if arch in ROPE else "original"
+    prompt = tokens[:, :6].clone()
+    mask = torch.ones_like(prompt)
+    prompt[1, :2], mask[1, :2] = 0, 0  # left padding in row 1
+    with PolicyCache(model, _policy(policy, 8), positions) as cache, torch.no_grad():
+        out = model.generate(prompt, attention_mask=mask, past_key_values=cache, max_new_tokens=15, min_new_tokens=15,
+                             do_sample=False, pad_token_id=0)
+    assert out.shape == (2, 21)
+    assert cache.stored() == (20 if policy == "full" else 9)
+    assert model.config._attn_implementation != "attnlab_kv"  # restored on exit
+
+
+def test_generate_with_padding_equals_the_dynamic_cache_when_nothing_is_evicted(tokens):
+    model = MODELS["llama"]
+    prompt, mask = tokens[:, :8].clone(), torch.ones(2, 8, dtype=torch.long)
+    prompt[1, :3], mask[1, :3] = 0, 0
+    kw = dict(attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=0,
+              output_scores=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        ref = model.generate(prompt, **kw)
+        with PolicyCache(model, make_policy("sinks+h2o", budget=30, n_sink=2), "rolling") as cache:
+            out = model.generate(prompt, past_key_values=cache, **kw)
+    assert torch.equal(out.sequences, ref.sequences)
+    torch.testing.assert_close(torch.stack(out.scores), torch.stack(ref.scores), atol=1e-4, rtol=1e-4)
+
+
+def test_evicted_memory_is_really_freed(tokens):
+    model = MODELS["llama"]
+    dense = PolicyCache(model, make_policy("full"))
+    small = PolicyCache(model, make_policy("sinks", budget=8, n_sink=2))
+    _stream(model, dense, tokens)
+    _stream(model, small, tokens)
+    per_token = dense.kv_bytes() / T
+    assert small.kv_bytes() == per_token * 9  # budget + the last step's token
+    assert small.layers[0].keys.untyped_storage().nbytes() <= per_token * (T // 2) / len(small.layers)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "opt"])
+def test_rolling_is_refused_for_learned_positions(arch):
+    with pytest.raises(UsageError, match="learned absolute positions"):
+        PolicyCache(MODELS[arch], make_policy("sinks", budget=8), "rolling")
+
+
+def test_rope_rotation_composes():
+    spec = RopeSpec.of(MODELS["gpt_neox"])
+    k = torch.randn(5, 8)
+    a, b = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([7, 0, -3, 2, 1])
+    torch.testing.assert_close(spec.rotate(spec.rotate(k, a), b), spec.rotate(k, a + b), atol=1e-5, rtol=1e-5)
+    assert torch.equal(spec.rotate(k, a)[:, spec.rot_dims:], k[:, spec.rot_dims:])  # partial rotary: rest untouched
+    # the int shortcut (cached cos/sin, steady decoding) is the same rotation
+    torch.testing.assert_close(spec.rotate(k, 1), spec.rotate(k, torch.ones(5, dtype=torch.long)), atol=0, rtol=0)
+    torch.testing.assert_close(spec.rotate(k, 3), spec.rotate(k, torch.full((5,), 3)), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="sinks", budget=4, n_sink=4), "budget >= 5"),
+    (dict(name="sink", budget=64), "did you mean 'sinks'"),
+    (dict(name="h2o"), "needs a budget"),
+    (dict(name="h2o", budget=1.5), "fraction"),
+])
+def test_bad_policies_are_one_clear_error(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        make_policy(**kwargs)
+
+
+def test_fractional_budget_grows_with_the_stream(tokens):
+    model = MODELS["llama"]
+    cache = PolicyCache(model, make_policy("h2o", budget=0.25), "original")
+    _stream(model, cache, tokens)
+    assert cache.stored() == math.ceil(0.25 * (T - 1)) + 1  # budget at the last eviction + the new token

@@ -1,0 +1,86 @@
+"""`attnlab stream` and the streaming experiments on a tiny model folder and a made-up text
+(the real runs use SmolLM2, which CI does not have)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.kv.cache import PolicyCache
+from attnlab.evals.streaming import recompute_nll, stream_nll
+from attnlab.kv.policies import make_policy
+from tiny_models import save_gpt2, save_hf, tiny_llama
+
+TEXT = "the cat sat on the mat and the dog ran to the cat. " * 20
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "text.txt").write_text(TEXT)
+    return save_hf(tmp_path / "m"), tmp_path / "text.txt"
+
+
+def test_stream_writes_metrics_and_evicting_cache_holds_less(setup, tmp_path, capsys):
+    model, text = setup
+    out = tmp_path / "run"
+    rc = main(["stream", "--model", str(model), "--text", str(text), "--tokens", "120", "--policy", "sinks",
+               "--budget", "16", "--n-sink", "2", "--recompute", "--out", str(out)])
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())
+    runs = m["runs"]
+    assert set(runs) == {"sinks(2)+window(budget=16)", "dense", "recompute window 16"}
+    assert runs["sinks(2)+window(budget=16)"]["kv_bytes_max"] < runs["dense"]["kv_bytes_final"] / 4
+    assert all(np.isfinite(r["ppl"]) for r in runs.values())
+    assert (out / "stream.png").stat().st_size > 0
+    assert "PPL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--policy", "sink"], "did you mean 'sinks'"),
+    (["--policy", "sinks", "--budget", "4", "--n-sink", "4"], "budget >= 5"),
+    (["--positions", "rolling", "--model", "GPT2"], "learned absolute positions"),
+    (["--model", "nowhere/at/all/x"], "no such"),
+])
+def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, message):
+    model, text = setup
+    if "GPT2" in argv:
+        g = save_gpt2(tmp_path / "gpt2")
+        argv = [a if a != "GPT2" else str(g) for a in argv]
+    base = ["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--out", str(tmp_path / "o")]
+    assert main(base + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_chunked_dense_streaming_is_exact_and_recompute_with_a_long_window_is_dense():
+    model = tiny_llama()
+    ids = torch.randint(0, 300, (50,), generator=torch.Generator().manual_seed(0))
+    one = stream_nll(model, ids, PolicyCache(model, make_policy("full")), chunk=1)
+    many = stream_nll(model, ids, PolicyCache(model, make_policy("full")), chunk=16)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids[None]).logits[0, :-1], -1)
+    ref = -logp.gather(-1, ids[1:, None])[:, 0].numpy()
+    np.testing.assert_allclose(one.nll, ref, atol=1e-5)
+    np.testing.assert_allclose(many.nll, ref, atol=1e-5)
+    np.testing.assert_allclose(recompute_nll(model, ids, window=64).nll, ref, atol=1e-5)
+    win = recompute_nll(model, ids, window=8).nll
+    assert np.abs(win - ref).max() > 1e-3  # a short window does change the prediction
+
+
+@pytest.mark.parametrize("name, n_claims", [("streaming-ppl", 3), ("h2o-ppl", 1)])
+def test_streaming_experiments_state_their_claims(setup, tmp_path, name, n_claims):
+    model, text = setup
+    out = tmp_path / name
+    sets = [f"model={model}", f"text={text}", "tokens=64", "budget=16"]
+    sets += ["long_tokens=0"] if name == "streaming-ppl" else ["recent=8", "sweep_recent=4"]
+    argv = ["reproduce", name, "--out", str(out)] + [a for s in sets for a in ("--set", s)]
+    assert main(argv) == 0
+    claims = json.loads((out / "metrics.json").read_text())["claims"]
+    assert len(claims) == n_claims
+    assert all({"measured", "expected", "tolerance", "holds"} <= set(c) for c in claims)
+    if name == "h2o-ppl":  # the budget-split sweep: the claim's split and the swept one, in order
+        assert list(json.loads((out / "metrics.json").read_text())["sinks_h2o_ppl_by_recent"]) == ["4", "8"]
+        assert (out / "h2o_split.png").exists()

@@ -1,0 +1,87 @@
+"""scansnap-fig7 end to end on a tiny made-up corpus; the demo skips it where no corpus exists."""
+import json
+
+import pytest
+
+from attnlab import cli
+
+
+def _corpus(tmp_path):
+    words = "the cat sat on the mat . a dog ran to the park , and the cat saw the dog ."
+    (tmp_path / "train.txt").write_text("\n".join(words for _ in range(120)))
+    (tmp_path / "valid.txt").write_text("\n".join(words for _ in range(60)))
+    return [f"train={tmp_path / 'train.txt'}", f"valid={tmp_path / 'valid.txt'}"]
+
+
+def test_fig7_runs_on_a_tiny_corpus(tmp_path, capsys):
+    sets = _corpus(tmp_path) + ["layers=1,2", "steps=6", "snapshot_steps=0,3,6", "track_every=3", "eval_batches=2"]
+    argv = ["reproduce", "scansnap-fig7", "--out", str(tmp_path / "run")]
+    for s in sets:
+        argv += ["--set", s]
+    assert cli.main(argv) == 0
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert len(m["claims"]) == 2 and set(m["runs"]) == {"1", "2"}
+    lines = [json.loads(x) for x in (tmp_path / "run" / "layers2" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [0, 3, 6] and len(lines[0]["entropy"]) == 2
+    assert (tmp_path / "run" / "fig7.png").is_file()
+    assert not (tmp_path / "run" / "layers1" / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    (["train=nowhere.txt"], "train=nowhere.txt: no such file"),
+    (["max_vocab=-1"], "max_vocab"),
+    (["layers=0"], "layers"),
+])
+def test_fig7_bad_input(tmp_path, capsys, monkeypatch, extra, fragment):
+    monkeypatch.chdir(tmp_path)
+    argv = ["reproduce", "scansnap-fig7", "--out", "run"]
+    for s in _corpus(tmp_path) + extra:
+        argv += ["--set", s]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_fig7_bptt_longer_than_the_data(tmp_path, capsys):
+    (tmp_path / "t.txt").write_text("one two three four five six seven eight nine ten\n" * 30)
+    argv = ["reproduce", "scansnap-fig7", "--out", str(tmp_path / "run"), "--set", f"train={tmp_path / 't.txt'}",
+            "--set", f"valid={tmp_path / 't.txt'}", "--set", "steps=2", "--set", "snapshot_steps=0"]
+    assert cli.main(argv) == 2
+    assert "bptt=35 is longer" in capsys.readouterr().err
+
+
+def test_demo_skips_a_real_text_experiment_without_its_corpus(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ATTNLAB_DATA", raising=False)
+    monkeypatch.setattr(cli, "DEMO_EXPERIMENTS", ("scansnap-fig7",))
+    assert cli.main(["demo", "--out", "demo"]) == 0
+    report = (tmp_path / "demo" / "report.md").read_text()
+    assert "scansnap-fig7: skipped" in report and "--set train=PATH" in report
+    assert not (tmp_path / "demo" / "scansnap-fig7").exists()
+
+
+def test_joma_wikitext_runs_on_a_tiny_corpus(tmp_path):
+    argv = ["reproduce", "joma-wikitext", "--out", str(tmp_path / "run")]
+    for s in _corpus(tmp_path) + ["layers=1,2", "steps=8", "track_every=2", "eval_every=4", "eval_batches=2"]:
+        argv += ["--set", s]
+    assert cli.main(argv) == 0
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    # drop + recovery per depth, then the two across-depth comparisons
+    assert len(m["claims"]) == 2 * 2 + 2
+    assert [len(m["runs"][d]["layers"]) for d in ("1", "2")] == [1, 2]
+    run = m["runs"]["2"]
+    for c in run["layers"]:
+        assert c["min"] <= min(c["start"], c["final"]) and 0 <= c["min_step"] <= 8
+    lines = [json.loads(x) for x in (tmp_path / "run" / "layers2" / "metrics.jsonl").read_text().splitlines()]
+    assert run["best_valid_loss"] == min(x["valid_loss"] for x in lines if "valid_loss" in x)
+    assert (tmp_path / "run" / "joma_wikitext.png").is_file()
+
+
+def test_curve_shape_measures_drop_and_recovery():
+    import numpy as np
+
+    from attnlab.train.exp_joma_text import curve_shape
+
+    shape = curve_shape(np.array([0, 10, 20, 30]), np.array([2.0, 1.0, 1.2, 1.5]))
+    assert shape == {"start": 2.0, "min": 1.0, "min_step": 10, "final": 1.5, "recovered": 0.5}
