@@ -1,0 +1,100 @@
+"""Writing without ever leaving a half-written result: files and folders built aside, then renamed."""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null (a reader then sees 'not measured')."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any) -> str:
+    """Strict JSON (``allow_nan=False``; NaN/inf become null), indented, with a final newline."""
+    return json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n"
+
+
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write ``data`` beside ``path`` and rename it over ``path``: readers see the old or the new file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    return write_atomic(path, json_text(obj))
+
+
+def swap_into_place(build: Path, target: Path) -> None:
+    """Rename the finished folder ``build`` to ``target``. An old ``target`` is moved aside first and
+    removed last, so a kill between the two renames leaves it, complete, in a hidden ``.old-`` sibling;
+    if the second rename fails the old folder is put back and the error raised."""
+    build, target = Path(build), Path(target)
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+        target.replace(old)
+    try:
+        build.replace(target)
+    except OSError:
+        if old is not None:
+            old.replace(target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(parent: Path, name: str) -> list[Path]:
+    """Remove ``.NAME.partial-PID-*`` / ``.NAME.old-PID-*`` siblings left by killed processes (PID gone)."""
+    removed = []
+    for p in Path(parent).glob(f".{name}.*-*"):
+        kind, _, rest = p.name[len(name) + 2:].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("partial", "old", "tmp") and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+@contextlib.contextmanager
+def staged_dir(target: Path) -> Iterator[Path]:
+    """Yield a fresh hidden sibling folder; when the block succeeds it replaces ``target`` whole;
+    when it raises, the staging folder is removed and ``target`` is untouched."""
+    target = Path(target)
+    clean_stale(target.parent, target.name)
+    stage = target.with_name(f".{target.name}.partial-{os.getpid()}-{time.monotonic_ns()}")
+    stage.mkdir()
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    swap_into_place(stage, target)
