@@ -38,6 +38,7 @@ class Claim:
     test: str | None
     status: str = ""
     corrected: str | None = None  # an erratum's corrected claim (its text)
+    note: str | None = None  # why it fails (or what it means), shown beside the claim in reports
 
     def __post_init__(self):
         if not self.status:  # a checked claim: its status follows from holds
@@ -48,9 +49,14 @@ class Claim:
     def to_json(self) -> dict:
         d = asdict(self)
         d["rule"] = TESTS[self.test][0] if self.test else None
-        if self.corrected is None:
-            del d["corrected"]
+        for key in ("corrected", "note"):  # optional keys appear only when set
+            if d[key] is None:
+                del d[key]
         return d
+
+    def because(self, note: str) -> "Claim":
+        """The same claim with an explanation attached (``check(...).because("...")``)."""
+        return replace(self, note=note)
 
 
 def check(claim: str, measured: float, expected: float, tolerance: float = 0.0, test: str = "abs") -> Claim:
