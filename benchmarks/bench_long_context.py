@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from attnlab.kv.experiments import text_ids
+from attnlab.evals.inputs import text_ids
 from attnlab.evals.longppl import scored_nll
 from attnlab.models.pretrained import load_model_and_tokenizer
 from attnlab.evals.passkey import PasskeyPrompts, passkey_cases, retrieve

@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from attnlab.experiments.runner import RunContext
-from attnlab.kv.experiments import load_stream
-from attnlab.kv.cache import PolicyCache
+from attnlab.evals.inputs import load_stream
 from attnlab.evals.streaming import stream_nll
+from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 
 
@@ -27,7 +26,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--budget", type=int, default=256)
     args = ap.parse_args()
-    model, ids = load_stream(args.model, args.text, args.tokens, RunContext(out=None))
+    model, ids = load_stream(args.model, args.text, args.tokens)
     part = ids[args.start:]
     dense = stream_nll(model, part, PolicyCache(model, make_policy("full")), 256).nll
     sinks = stream_nll(model, part, PolicyCache(model, make_policy("sinks", budget=args.budget, n_sink=4), "rolling"),

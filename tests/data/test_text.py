@@ -1,9 +1,9 @@
-"""Corpora, the basic_english tokenizer, the vocabulary and LM batching (own tiny text)."""
+"""Corpora, the basic_english tokenizer and the vocabulary (own tiny text); attnlab.data stays light."""
 import pytest
-import torch
+import subprocess
+import sys
 
 from attnlab.core.errors import UsageError
-from attnlab.train.batching import batchify, bptt_batches, random_windows
 from attnlab.data.corpus import read_lines
 from attnlab.data.vocab import UNK, Vocab, basic_english
 
@@ -55,25 +55,24 @@ def test_read_lines_file_folder_and_errors(tmp_path):
         read_lines(tmp_path / "sub")
 
 
-def test_batchify_and_bptt_cover_the_stream_once():
-    ids = torch.arange(103)
-    src = batchify(ids, 4)  # 25 rows x 4 streams, the 3-token tail dropped
-    assert src.shape == (25, 4) and torch.equal(src[:, 1], torch.arange(25, 50))
-    xs, ys = zip(*bptt_batches(src, 7))
-    assert [x.shape for x in xs] == [(4, 7)] * 3 + [(4, 3)]
-    for x, y in zip(xs, ys):
-        assert torch.equal(y, x + 1)  # targets are the next token of each stream
-    assert torch.equal(torch.cat(xs, 1)[1], torch.arange(25, 49))
-    with pytest.raises(UsageError, match="bptt=30"):
-        next(bptt_batches(src, 30))
-    with pytest.raises(UsageError, match="streams"):
-        batchify(torch.arange(5), 4)
+def test_importing_attnlab_data_never_loads_the_hub_libraries(tmp_path):
+    """Only an hf: spec imports attnlab.data.hub (and with it the datasets library)."""
+    (tmp_path / "c.txt").write_text("some text\n")
+    code = (f"import sys, attnlab.data, attnlab.data.corpus, attnlab.data.sources, attnlab.data.vocab\n"
+            f"attnlab.data.sources.read_corpus({str(tmp_path / 'c.txt')!r}, 'train')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('datasets', 'transformers') "
+            "or m == 'attnlab.data.hub'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
-def test_random_windows():
-    ids = torch.arange(50)
-    x, y = random_windows(ids, 8, 10, torch.Generator().manual_seed(0))
-    assert x.shape == y.shape == (8, 10)
-    assert torch.equal(y, x + 1) and torch.equal(x[:, 1:], x[:, :-1] + 1)
-    with pytest.raises(UsageError, match="window length 50"):
-        random_windows(ids, 2, 50, torch.Generator())
+def test_every_data_module_opens_with_a_one_line_summary():
+    import importlib
+    import pkgutil
+
+    import attnlab.data
+
+    for info in pkgutil.iter_modules(attnlab.data.__path__, "attnlab.data."):
+        doc = importlib.import_module(info.name).__doc__
+        lines = (doc or "").splitlines()
+        assert lines and lines[0].endswith(".") and (len(lines) == 1 or not lines[1].strip()), info.name

@@ -133,10 +133,28 @@ def test_passkey_command_writes_every_cell(folder, tmp_path, capsys):
     assert len(cells) == 2 * 2 * 2 and all(c["correct"] == (c["answer"] == c["key"]) for c in cells)
     assert [c["key"] for c in cells] == [c["key"] for c in m["passkey"]["none"]]  # same prompts for every scaling
     assert (out / "passkey.png").stat().st_size > 0
-    assert "passkey accuracy" in capsys.readouterr().out
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["none", "ntk(s=4)", "yarn(s=4)"]
+    assert all(ln.split(": ", 1)[1].startswith("passkey accuracy 400: ") and ", 500: " in ln for ln in lines)
+    _is_a_run(out, "passkey", lines)
+    assert json.loads((out / "config.json").read_text())["depths"] == [0.0, 1.0]
 
 
-def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path):
+def _is_a_run(out, name, lines):
+    """An ad-hoc command writes the experiment contract through the runner: config.json, metrics.json
+    (no claims, counted; the command) and report.md with the printed result lines."""
+    import json
+
+    config = json.loads((out / "config.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert config["experiment"] == metrics["experiment"] == name and config["device"] == "cpu"
+    assert metrics["claims"] == [] and set(metrics["claim_counts"]) == {"holds", "fails", "erratum", "finding"}
+    assert metrics["command"].startswith(f"attnlab {name} ")
+    report = (out / "report.md").read_text()
+    assert report.startswith(f"# {name}") and all(ln in report for ln in lines)
+
+
+def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path, capsys):
     import json
 
     from attnlab.cli import main
@@ -149,6 +167,31 @@ def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path):
     assert set(ppl) == {"none", "pi(s=2)", "dynamic-ntk(s=2)"}
     assert all(set(v) == {"32", "64", "128"} and all(math.isfinite(x) for x in v.values()) for v in ppl.values())
     assert (out / "longppl.png").stat().st_size > 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [f"{k}: PPL " + ", ".join(f"{n}: {ppl[k][str(n)]:.2f}" for n in (32, 64, 128)) for k in ppl]
+    _is_a_run(out, "longppl", lines)
+
+
+def test_the_evaluations_are_functions_of_the_model(folder):
+    """The commands' numbers are the evaluation of the model with the scaling wrapped around it by the
+    caller: long_ppl / passkey_grid know nothing of RoPE."""
+    from attnlab.evals.inputs import load_model
+    from attnlab.evals.passkey import build_prompts, passkey_grid
+    from attnlab.rope.compare import longppl_by_scaling, passkey_by_scaling
+    from attnlab.experiments.runner import RunContext
+
+    model, tok = load_model(str(folder[0]))
+    ids = torch.randint(0, 255, (200,), generator=torch.Generator().manual_seed(3))
+    ctx = RunContext(out=None, show_progress=False)
+    scalings = [make_scaling("none"), make_scaling("dynamic-ntk", 2.0), make_scaling("yarn", 2.0)]
+    curves = longppl_by_scaling(model, ids, scalings, [32, 96], 16, 2, ctx)
+    cases = passkey_cases([400], [0.0, 1.0], 1)
+    grids = passkey_by_scaling(model, tok, scalings, cases, ctx)
+    for s in scalings:
+        with ScaledRope(model, s):
+            assert long_ppl(model, ids, [32, 96], 16, 2).nll == curves[s.describe()].nll
+            rows = passkey_grid(model, tok, build_prompts(tok, cases))
+        assert [r.text for r in rows] == [r.text for r in grids[s.describe()]]
 
 
 @pytest.mark.parametrize("cmd, argv, message", [
@@ -158,6 +201,12 @@ def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path):
     ("longppl", ["--model", "GPT2"], "no rotary position embedding"),
     ("longppl", ["--lengths", "64", "--stride", "128"], "every length >= the stride"),
     ("longppl", ["--text", "/no/such/text.txt"], "--text PATH"),
+    ("longppl", ["--stride", "0"], "--stride 0"),
+    ("longppl", ["--windows", "-1"], "--windows -1"),
+    ("longppl", ["--lengths", "32,64", "--stride", "16", "--tokens", "50"], "--tokens 50 is shorter"),
+    ("passkey", ["--depths", "0,1.5"], "depths 1.5: a key depth lies in [0, 1]"),
+    ("passkey", ["--depths=-0.5,0.5"], "depths -0.5"),
+    ("passkey", ["--samples", "0"], "samples=0"),
 ])
 def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cmd, argv, message):
     from attnlab.cli import main

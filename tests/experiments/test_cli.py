@@ -1,4 +1,6 @@
-"""The `attnlab` command line: listing, the run-folder contract, bad input, atomic output, demo."""
+"""The `attnlab` command line: discovery, grouped help, listing in the talk's order, the run-folder
+contract, bad input, atomic output."""
+import argparse
 import dataclasses
 import json
 import os
@@ -9,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+import attnlab
 from attnlab import cli
 from attnlab.core.errors import ConfigError
+from attnlab.core.registry import Registry
 from attnlab.experiments.claims import check
-from attnlab.experiments import registry
+from attnlab.experiments import registry, runner
 
 EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "joma-invariants", "joma-linear", "joma-nonlinear",
                "joma-cooccurrence", "joma-hierarchy")
@@ -39,6 +43,15 @@ def leftovers(parent):
     return sorted(p.name for p in parent.iterdir() if ".partial" in p.name or ".old" in p.name)
 
 
+def with_run(monkeypatch, name=None, run_fn=None):
+    """A copy of the registry for this test (what it registers is gone after it), with experiment
+    ``name`` running ``run_fn`` instead."""
+    patched = Registry("experiment", "see `attnlab list`")
+    for n, exp in registry.load_all().items():
+        patched.add(n, dataclasses.replace(exp, run=run_fn) if n == name else exp)
+    monkeypatch.setattr(registry, "EXPERIMENTS", patched)
+
+
 def test_help_as_module_subprocess():
     p = subprocess.run([sys.executable, "-m", "attnlab", "--help"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -46,12 +59,123 @@ def test_help_as_module_subprocess():
     assert p.stderr == ""
 
 
+def _help_sections(text):
+    """heading -> the command names listed under it, from `attnlab --help`."""
+    sections, current = {}, None
+    for line in text.splitlines():
+        if line.endswith(" commands:"):
+            current = sections.setdefault(line[: -len(" commands:")], [])
+        elif current is not None and line.startswith("  ") and line.strip():
+            current.append(line.split()[0])
+        else:
+            current = None
+    return sections
+
+
+def test_help_groups_the_commands(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    sections = _help_sections(capsys.readouterr().out)
+    assert list(sections) == ["theory and experiments", "training", "inference", "models"]
+    assert {"demo", "list", "reproduce"} <= set(sections["theory and experiments"])
+    assert sections["training"] == ["train"]
+    assert {"stream", "passkey", "longppl"} <= set(sections["inference"])
+    assert "models" in sections["models"]
+
+
+def test_every_capability_cli_is_found_and_every_command_dispatches():
+    found = cli.capability_clis()
+    assert {"attnlab.experiments.cli", "attnlab.kv.cli", "attnlab.rope.cli", "attnlab.train.cli",
+            "attnlab.models.cli"} <= set(found)
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        assert callable(p.get_default("func")), name  # main dispatches on it; no if-chain to forget
+
+
+def test_a_new_capability_is_found_without_editing_a_list(tmp_path, monkeypatch, capsys):
+    """A package with cli.py and experiments.py: its command appears in --help under its GROUP and
+    runs; its experiment appears in `attnlab list` under its package's name, after the talk's parts."""
+    pkg = tmp_path / "probe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""A capability made up for this test."""\n')
+    (pkg / "cli.py").write_text(
+        '"""attnlab probe"""\nGROUP = "inference"\n\n'
+        "def add_commands(sub):\n"
+        '    sub.add_parser("probe", help="a made-up command").set_defaults(func=lambda args: 7)\n')
+    (pkg / "experiments.py").write_text(
+        '"""a made-up experiment"""\nimport dataclasses\n'
+        "from attnlab.experiments.registry import Result, register\n\n"
+        "@dataclasses.dataclass\nclass Cfg:\n    x: int = 1\n\n"
+        '@register("probe-exp", "a made-up experiment", Cfg)\n'
+        "def run(cfg, ctx):\n    return Result([])\n")
+    with_run(monkeypatch)
+    monkeypatch.setattr(attnlab, "__path__", [*attnlab.__path__, str(tmp_path)])
+    try:
+        assert "attnlab.probe.cli" in cli.capability_clis()
+        assert "attnlab.probe.experiments" in registry.experiment_modules()
+        assert cli.main(["probe"]) == 7
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        assert "probe" in _help_sections(capsys.readouterr().out)["inference"]
+        assert registry.load_all()["probe-exp"].part == "probe"
+        listing = run(["list"], capsys)[1].rstrip().splitlines()
+        assert listing[-2:] == ["probe", "  probe-exp              a made-up experiment"]  # after the talk's parts
+    finally:
+        for name in [m for m in sys.modules if m.startswith("attnlab.probe")]:
+            del sys.modules[name]
+
+
+def _listing(out):
+    """(part, [names]) in the order `attnlab list` prints them."""
+    parts = []
+    for line in out.splitlines():
+        if line and not line.startswith(" "):
+            parts.append((line, []))
+        elif line.strip():
+            parts[-1][1].append(line.split()[0])
+    return parts
+
+
+def test_list_follows_the_talk(capsys):
+    code, out, err = run(["list"], capsys)
+    assert code == 0 and err == ""
+    parts = _listing(out)
+    talk = ["Scan&Snap", "JoMA", "real text", "KV-cache policies", "RoPE scaling"]
+    assert [p for p, _ in parts][:5] == talk
+    names = dict(parts)
+    assert names["Scan&Snap"] == ["scansnap-fig4", "scansnap-fig6", "scansnap-theorems"]  # registration order
+    assert set(names["JoMA"]) == {"joma-invariants", "joma-linear", "joma-nonlinear", "joma-cooccurrence",
+                                  "joma-hierarchy"}
+    assert names["real text"] == ["scansnap-fig7", "joma-wikitext"]
+    assert names["KV-cache policies"] == ["streaming-ppl", "h2o-ppl"]
+    assert names["RoPE scaling"] == ["passkey", "rope-zero-shot", "pi-finetune"]  # experiments, then exp_*
+    assert [n for _, ns in parts for n in ns] == list(registry.load_all())
+
+
+@pytest.mark.parametrize("module, part", [
+    ("attnlab.theory.scansnap.experiments", "Scan&Snap"), ("attnlab.theory.joma.exp_ode", "JoMA"),
+    ("attnlab.train.exp_fig7", "real text"), ("attnlab.kv.experiments", "KV-cache policies"),
+    ("attnlab.rope.exp_pi_finetune", "RoPE scaling"), ("attnlab.sparse.experiments", "sparse"),
+    ("attnlab.probes.deep.exp_x", "probes")])
+def test_the_part_of_the_talk_follows_the_module(module, part):
+    assert registry.part_of(module) == part
+
+
+def test_experiments_are_discovered_not_listed():
+    modules = registry.experiment_modules()
+    assert {"attnlab.theory.scansnap.experiments", "attnlab.theory.joma.exp_ode", "attnlab.train.exp_fig7",
+            "attnlab.kv.experiments", "attnlab.rope.experiments", "attnlab.rope.exp_pi_finetune"} <= set(modules)
+    assert all(m.rsplit(".", 1)[1] == "experiments" or m.rsplit(".", 1)[1].startswith("exp_") for m in modules)
+    assert not hasattr(registry, "EXPERIMENT_MODULES")
+
+
 def test_reproduce_list(capsys):
     code, out, err = run(["reproduce", "--list"], capsys)
     assert code == 0 and err == ""
     lines = out.strip().splitlines()
     names = [ln.split()[0] for ln in lines]
-    assert set(EXPERIMENTS) <= set(names) and names == sorted(names)
+    assert set(EXPERIMENTS) <= set(names) and names == list(registry.load_all())  # the talk's order
     for ln in lines:
         assert len(ln.split(maxsplit=1)) == 2  # name and a one-line summary
 
@@ -87,6 +211,8 @@ def test_fig4_writes_the_contract(fig4_run):
         # holds is recomputable from the other fields by the named rule
         assert check(c["claim"], c["measured"], c["expected"], c["tolerance"], c["test"]).holds == c["holds"]
     assert metrics["all_hold"] == all(c["holds"] for c in metrics["claims"])
+    assert metrics["claim_counts"] == {s: sum(c["status"] == s for c in metrics["claims"])
+                                       for s in ("holds", "fails", "erratum", "finding")}
     assert metrics["steps_shown"][-1] == 12
 
     report = (out_dir / "report.md").read_text()
@@ -166,7 +292,7 @@ def test_unknown_experiment_hint_names_the_closest(capsys, tmp_path):
     code, _, err = run(["reproduce", "scansnap-fig5", "--out", tmp_path / "r"], capsys)
     assert_usage_error(code, err)
     assert any(f"scansnap-fig{n}" in err for n in (4, 6, 7))
-    assert "--list" in err
+    assert "attnlab list" in err
 
 
 def test_config_errors_are_usage_errors_not_tracebacks(capsys, tmp_path):
@@ -231,14 +357,12 @@ def test_error_during_the_run_keeps_the_previous_run(exc, code_wanted, fragment,
     out_dir = tmp_path / "run"
     assert run(["reproduce", "scansnap-fig4", "--out", out_dir, "--set", "sgd.steps=2"], capsys)[0] == 0
     before = (out_dir / "metrics.json").read_bytes()
-    exp = registry.get("scansnap-fig4")
-
     def fails_halfway(cfg, ctx):
         (ctx.out / "fig4.png").write_bytes(b"half-written")
         (ctx.out / "metrics.json").write_text("{}")
         raise exc
 
-    monkeypatch.setitem(registry._REGISTRY, exp.name, dataclasses.replace(exp, run=fails_halfway))
+    with_run(monkeypatch, "scansnap-fig4", fails_halfway)
     code, _, err = run(["reproduce", "scansnap-fig4", "--out", out_dir], capsys)
     assert code == code_wanted and fragment in err and len(err.strip().splitlines()) == 1
     assert (out_dir / "metrics.json").read_bytes() == before
@@ -277,46 +401,6 @@ def test_empty_existing_folder_is_accepted(tmp_path, capsys):
     assert code == 0 and (target / "metrics.json").exists()
 
 
-# --------------------------------------------------------------------------- demo
-def test_demo_is_wired(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "DEMO_EXPERIMENTS", ("scansnap-fig4",))
-    exp = registry.get("scansnap-fig4")
-    monkeypatch.setitem(registry._REGISTRY, exp.name, dataclasses.replace(exp, quick={"sgd.steps": 5}))
-    out_dir = tmp_path / "demo"
-    code, out, err = run(["demo", "--out", out_dir], capsys)
-    assert code == 0, err
-    assert str(out_dir / "index.html") in out
-    assert (out_dir / "report.md").exists() and (out_dir / "index.html").exists()
-    sub = out_dir / "scansnap-fig4"
-    assert {"config.json", "metrics.json", "report.md", "fig4.png"} <= {p.name for p in sub.iterdir()}
-    assert json.loads((sub / "config.json").read_text())["sgd"]["steps"] == 5  # quick settings used
-    claims = json.loads((sub / "metrics.json").read_text())["claims"]
-    page = (out_dir / "index.html").read_text()
-    assert page.count("✓") + page.count("✗") == len(claims)
-    assert page.count("✓") == sum(c["holds"] for c in claims)
-    assert "<img src='scansnap-fig4/fig4.png'" in page
-    md = (out_dir / "report.md").read_text()
-    assert "scansnap-fig4/report.md" in md and md.count("✓") + md.count("✗") == len(claims)
-    assert leftovers(tmp_path) == []
-
-
-def test_demo_full_ignores_quick_settings():
-    """--full resolves each config without the quick overrides (checked without running it)."""
-    from attnlab.experiments import runner
-
-    exp = registry.get("scansnap-theorems")
-    assert exp.quick  # theorems has quick settings
-    quick = runner.resolve_config(exp, {}, None, quick=True)
-    full = runner.resolve_config(exp, {}, None, quick=False)
-    assert quick.t_max == exp.quick["t_max"] and full.t_max == exp.config_cls().t_max != quick.t_max
-
-
-def test_demo_bad_device(tmp_path, capsys):
-    code, _, err = run(["demo", "--out", tmp_path / "d", "--device", "gpu"], capsys)
-    assert_usage_error(code, err, "cpu or cuda")
-    assert not (tmp_path / "d").exists()
-
-
 # --------------------------------------------------------------------------- the command line recorded; NaN and empty sweeps
 def test_report_records_the_command_that_was_run(tmp_path, capsys):
     out_dir = tmp_path / "r"
@@ -344,11 +428,79 @@ def test_badly_typed_set_value(tmp_path, capsys):
 
 
 def test_failed_run_removes_the_parent_folders_it_made(tmp_path, capsys, monkeypatch):
-    exp = registry.get("scansnap-fig4")
-
     def fails(cfg, ctx):
         raise ConfigError("bad")
 
-    monkeypatch.setitem(registry._REGISTRY, exp.name, dataclasses.replace(exp, run=fails))
+    with_run(monkeypatch, "scansnap-fig4", fails)
     code, _, _ = run(["reproduce", "scansnap-fig4", "--out", tmp_path / "a" / "b" / "run"], capsys)
     assert code == 2 and list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- bad input at the end of a run
+def test_out_that_cannot_be_replaced_keeps_the_finished_run_and_says_where(tmp_path, capsys, monkeypatch):
+    """--out a read-only mount point: the run finishes, the final rename fails (simulated: we run as root)."""
+    def refuse(build, target):
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr(runner, "swap_into_place", refuse)
+    out_dir = tmp_path / "mnt"
+    code, _, err = run(["reproduce", "scansnap-fig4", "--out", out_dir, "--set", "sgd.steps=2"], capsys)
+    assert_usage_error(code, err, "the results are in")
+    kept = next(p for p in tmp_path.iterdir() if p.name.startswith("mnt.finished-"))
+    assert str(kept) in err and "Device or resource busy" in err
+    assert {"config.json", "metrics.json", "report.md", "fig4.png"} <= {p.name for p in kept.iterdir()}
+    assert leftovers(tmp_path) == []  # not hidden in a staging folder
+    monkeypatch.undo()  # a later run does not remove the kept results
+    assert run(["reproduce", "scansnap-fig4", "--out", out_dir, "--set", "sgd.steps=2"], capsys)[0] == 0
+    assert (kept / "metrics.json").exists()
+
+
+def test_a_mount_point_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    target = tmp_path / "mnt"
+    target.mkdir()
+    monkeypatch.setattr(os.path, "ismount", lambda p: str(p) == str(target))
+    code, _, err = run(["reproduce", "scansnap-fig4", "--out", target, "--set", "sgd.steps=2"], capsys)
+    assert_usage_error(code, err, "mount point")
+    assert str(target / "run") in err and list(target.iterdir()) == []
+
+
+def _dead_pid():
+    pid = 4_000_000
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pass
+        pid += 1
+
+
+def test_staging_folders_of_killed_runs_are_removed(tmp_path, capsys):
+    dead = tmp_path / f".run.partial-{_dead_pid()}-123"
+    alive = tmp_path / f".run.partial-{os.getpid()}-456"  # another run of this process, still going
+    other = tmp_path / f".other.partial-{_dead_pid()}-789"  # not this --out's
+    for d in (dead, alive, other):
+        d.mkdir()
+        (d / "metrics.json").write_text("{}")
+    assert run(["reproduce", "scansnap-fig4", "--out", tmp_path / "run", "--set", "sgd.steps=2"], capsys)[0] == 0
+    assert not dead.exists() and alive.exists() and other.exists()
+
+
+def test_metrics_are_strict_json(tmp_path, capsys, monkeypatch):
+    """NaN (a diverged run, an undefined ratio) is written as null, never as bare NaN."""
+    def nan_run(cfg, ctx):
+        nan = float("nan")
+        return registry.Result([check("a ratio", nan, 1.0, 0.1)], {"loss": nan, "inf": [float("inf")]})
+
+    with_run(monkeypatch, "scansnap-fig4", nan_run)
+    out_dir = tmp_path / "r"
+    assert run(["reproduce", "scansnap-fig4", "--out", out_dir], capsys)[0] == 0
+    text = (out_dir / "metrics.json").read_text()
+
+    def refuse(name):
+        raise AssertionError(f"bare {name} in metrics.json")
+
+    m = json.loads(text, parse_constant=refuse)
+    assert m["loss"] is None and m["inf"] == [None] and m["claims"][0]["measured"] is None
+    assert m["claims"][0]["holds"] is False and m["claim_counts"]["fails"] == 1

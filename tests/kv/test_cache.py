@@ -4,34 +4,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import (AttentionInterface, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM,
-                          LlamaConfig, LlamaForCausalLM, OPTConfig, OPTForCausalLM)
+from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnlab.core.errors import UsageError
-from attnlab.kv.cache import PolicyCache, RopeSpec
+from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import POLICIES, make_policy
+from attnlab.models.rotary import RopeSpec
+from tiny_models import ARCHS, ROPE_ARCHS as ROPE, V
 
-V, T = 64, 40
-
-
-def _models():
-    torch.manual_seed(0)
-    return {
-        "llama": LlamaForCausalLM(LlamaConfig(  # grouped-query attention, as SmolLM2
-            vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256)),
-        "gpt_neox": GPTNeoXForCausalLM(GPTNeoXConfig(  # partial rotary: half of each head rotates
-            vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-            rotary_pct=0.5, max_position_embeddings=256)),
-        "gpt2": GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=256)),
-        "opt": OPTForCausalLM(OPTConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                        ffn_dim=64, max_position_embeddings=256, word_embed_proj_dim=32)),
-    }
-
-
-MODELS = {k: m.eval() for k, m in _models().items()}
-ROPE = ("llama", "gpt_neox")
+T = 40
 
 
 def _policy(name, budget):
@@ -54,11 +36,11 @@ def tokens():
     return torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize("arch", MODELS)
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("positions", ["original", "rolling"])
 @pytest.mark.parametrize("policy", POLICIES)
-def test_budget_covering_the_stream_equals_a_plain_forward(arch, positions, policy, tokens):
-    model = MODELS[arch]
+def test_budget_covering_the_stream_equals_a_plain_forward(tiny_models, arch, positions, policy, tokens):
+    model = tiny_models[arch]
     if positions == "rolling" and arch not in ROPE:
         pytest.skip("learned positions: rolling is refused (tested below)")
     with torch.no_grad():
@@ -80,10 +62,10 @@ def _masked_attention(masks):
     return fn
 
 
-@pytest.mark.parametrize("arch", MODELS)
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("policy", ["window", "sinks", "h2o", "sinks+h2o"])
-def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(arch, policy, tokens):
-    model, budget = MODELS[arch], 9
+def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(tiny_models, arch, policy, tokens):
+    model, budget = tiny_models[arch], 9
     out, seen = _stream(model, PolicyCache(model, _policy(policy, budget), "original"), tokens, record=True)
     b, n_layers = tokens.shape[0], len(seen[0])
     hkv = seen[0][0].shape[1]
@@ -106,8 +88,8 @@ def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(arch, pol
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_h2o_scores_are_attention_column_sums(arch, tokens):
-    model = MODELS[arch]
+def test_h2o_scores_are_attention_column_sums(tiny_models, arch, tokens):
+    model = tiny_models[arch]
     cache = PolicyCache(model, make_policy("h2o", budget=T + 1), "original")
     _stream(model, cache, tokens)
     saved = model.config._attn_implementation
@@ -124,8 +106,8 @@ def test_h2o_scores_are_attention_column_sums(arch, tokens):
 
 
 @pytest.mark.parametrize("positions", ["original", "rolling"])
-def test_kept_sets_hold_the_sinks_and_the_recent_window(positions, tokens):
-    model = MODELS["llama"]
+def test_kept_sets_hold_the_sinks_and_the_recent_window(tiny_models, positions, tokens):
+    model = tiny_models["llama"]
     for name, n_sink in (("sinks", 2), ("sinks+h2o", 2), ("h2o", 0), ("window", 0)):
         policy = make_policy(name, budget=12, n_sink=2, recent=4 if "h2o" in name else None)
         cache = PolicyCache(model, policy, positions)
@@ -138,8 +120,8 @@ def test_kept_sets_hold_the_sinks_and_the_recent_window(positions, tokens):
             assert kept.unique(dim=-1).shape[-1] == kept.shape[-1]  # no slot stored twice
 
 
-def test_h2o_evicts_the_lowest_accumulated_score_outside_the_recent_window(tokens):
-    model, recent = MODELS["llama"], 4
+def test_h2o_evicts_the_lowest_accumulated_score_outside_the_recent_window(tiny_models, tokens):
+    model, recent = tiny_models["llama"], 4
     cache = PolicyCache(model, make_policy("h2o", budget=10, recent=recent), "original")
     states = []
     with cache, torch.no_grad():
@@ -164,10 +146,10 @@ def test_h2o_evicts_the_lowest_accumulated_score_outside_the_recent_window(token
 
 
 @pytest.mark.parametrize("arch", ROPE)
-def test_rolling_keys_sit_at_their_rank_in_the_cache(arch, tokens):
+def test_rolling_keys_sit_at_their_rank_in_the_cache(tiny_models, arch, tokens):
     """Layer-0 keys depend only on token and position, so the stored (re-rotated) keys must equal
     fresh keys computed at rank + (query position - cache size), the relative placement rolling means."""
-    model = MODELS[arch]
+    model = tiny_models[arch]
     cache = PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2, recent=3), "rolling")
     _stream(model, cache, tokens)
     layer = cache.layers[0]
@@ -193,8 +175,8 @@ def _layer0_keys(model, toks, positions):
     return cache.layers[0].keys
 
 
-def test_batch_rows_are_independent_under_eviction(tokens):
-    model = MODELS["llama"]
+def test_batch_rows_are_independent_under_eviction(tiny_models, tokens):
+    model = tiny_models["llama"]
     both, _ = _stream(model, PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2), "rolling"), tokens)
     for b in range(2):
         one, _ = _stream(model, PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2), "rolling"),
@@ -202,10 +184,10 @@ def test_batch_rows_are_independent_under_eviction(tokens):
         torch.testing.assert_close(both[b:b + 1], one, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("arch", MODELS)
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_generate_runs_every_policy_and_memory_stays_bounded(arch, policy, tokens):
-    model = MODELS[arch]
+def test_generate_runs_every_policy_and_memory_stays_bounded(tiny_models, arch, policy, tokens):
+    model = tiny_models[arch]
     positions = "rolling" if arch in ROPE else "original"
     prompt = tokens[:, :6].clone()
     mask = torch.ones_like(prompt)
@@ -218,8 +200,8 @@ def test_generate_runs_every_policy_and_memory_stays_bounded(arch, policy, token
     assert model.config._attn_implementation != "attnlab_kv"  # restored on exit
 
 
-def test_generate_with_padding_equals_the_dynamic_cache_when_nothing_is_evicted(tokens):
-    model = MODELS["llama"]
+def test_generate_with_padding_equals_the_dynamic_cache_when_nothing_is_evicted(tiny_models, tokens):
+    model = tiny_models["llama"]
     prompt, mask = tokens[:, :8].clone(), torch.ones(2, 8, dtype=torch.long)
     prompt[1, :3], mask[1, :3] = 0, 0
     kw = dict(attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=0,
@@ -232,8 +214,8 @@ def test_generate_with_padding_equals_the_dynamic_cache_when_nothing_is_evicted(
     torch.testing.assert_close(torch.stack(out.scores), torch.stack(ref.scores), atol=1e-4, rtol=1e-4)
 
 
-def test_evicted_memory_is_really_freed(tokens):
-    model = MODELS["llama"]
+def test_evicted_memory_is_really_freed(tiny_models, tokens):
+    model = tiny_models["llama"]
     dense = PolicyCache(model, make_policy("full"))
     small = PolicyCache(model, make_policy("sinks", budget=8, n_sink=2))
     _stream(model, dense, tokens)
@@ -244,13 +226,13 @@ def test_evicted_memory_is_really_freed(tokens):
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "opt"])
-def test_rolling_is_refused_for_learned_positions(arch):
+def test_rolling_is_refused_for_learned_positions(tiny_models, arch):
     with pytest.raises(UsageError, match="learned absolute positions"):
-        PolicyCache(MODELS[arch], make_policy("sinks", budget=8), "rolling")
+        PolicyCache(tiny_models[arch], make_policy("sinks", budget=8), "rolling")
 
 
-def test_rope_rotation_composes():
-    spec = RopeSpec.of(MODELS["gpt_neox"])
+def test_rope_rotation_composes(tiny_models):
+    spec = RopeSpec.of(tiny_models["gpt_neox"])
     k = torch.randn(5, 8)
     a, b = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([7, 0, -3, 2, 1])
     torch.testing.assert_close(spec.rotate(spec.rotate(k, a), b), spec.rotate(k, a + b), atol=1e-5, rtol=1e-5)
@@ -271,8 +253,28 @@ def test_bad_policies_are_one_clear_error(kwargs, message):
         make_policy(**kwargs)
 
 
-def test_fractional_budget_grows_with_the_stream(tokens):
-    model = MODELS["llama"]
+def test_fractional_budget_grows_with_the_stream(tiny_models, tokens):
+    model = tiny_models["llama"]
     cache = PolicyCache(model, make_policy("h2o", budget=0.25), "original")
     _stream(model, cache, tokens)
     assert cache.stored() == math.ceil(0.25 * (T - 1)) + 1  # budget at the last eviction + the new token
+
+
+def test_the_cache_binds_only_its_own_model_and_only_inside_its_context(tiny_models, tokens):
+    """The attention function reaches its cache through the attention modules the context binds,
+    and its layer by their layer_idx: a forward without the cache inside the context is a plain
+    forward, a second model streams through its own cache at the same time, and exit unbinds."""
+    from attnlab.kv import cache as kv_cache
+
+    llama, neox = tiny_models["llama"], tiny_models["gpt_neox"]
+    with torch.no_grad():
+        plain = llama(tokens).logits
+        ref_neox = neox(tokens).logits
+        with PolicyCache(llama, make_policy("full")) as c1, PolicyCache(neox, make_policy("full")) as c2:
+            assert torch.equal(llama(tokens, use_cache=False).logits, plain)
+            out1 = torch.cat([llama(tokens[:, t:t + 1], past_key_values=c1).logits for t in range(T)], 1)
+            out2 = torch.cat([neox(tokens[:, t:t + 1], past_key_values=c2).logits for t in range(T)], 1)
+    torch.testing.assert_close(out1, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out2, ref_neox, atol=1e-5, rtol=1e-5)
+    assert len(kv_cache._BOUND) == 0
+    assert llama.config._attn_implementation == neox.config._attn_implementation == "sdpa"

@@ -34,7 +34,46 @@ def test_stream_writes_metrics_and_evicting_cache_holds_less(setup, tmp_path, ca
     assert runs["sinks(2)+window(budget=16)"]["kv_bytes_max"] < runs["dense"]["kv_bytes_final"] / 4
     assert all(np.isfinite(r["ppl"]) for r in runs.values())
     assert (out / "stream.png").stat().st_size > 0
-    assert "PPL" in capsys.readouterr().out
+    assert set(json.loads((out / "nll.json").read_text())) == set(runs)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and all(": PPL " in ln and "tokens/s" in ln for ln in lines)
+    assert lines[0].startswith("sinks(2)+window(budget=16): PPL") and "KV" in lines[0]
+
+
+def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
+    """The ad-hoc command writes the experiment contract: config.json (its flags), metrics.json (no
+    claims, counted) and report.md (the command and the result lines), through the same runner."""
+    model, text = setup
+    out = tmp_path / "run"
+    argv = ["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--policy", "window",
+            "--budget", "8", "--no-dense", "--out", str(out)]
+    assert main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config == {"experiment": "stream", "model": str(model), "text": str(text), "tokens": 40, "policy": "window",
+                      "budget": 8, "n_sink": 4, "recent": None, "positions": "rolling", "chunk": 1,
+                      "recompute": False, "dense": False, "device": "cpu"}
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["experiment"] == "stream" and m["claims"] == [] and m["claim_counts"]["holds"] == 0
+    assert m["command"].startswith("attnlab stream --model") and list(m["runs"]) == ["window(budget=8)"]
+    report = (out / "report.md").read_text()
+    assert report.startswith("# stream") and m["command"] in report and "window(budget=8): PPL" in report
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_stream_into_an_out_that_cannot_be_replaced(setup, tmp_path, capsys, monkeypatch):
+    from attnlab.experiments import runner
+
+    def refuse(build, target):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(runner, "swap_into_place", refuse)
+    model, text = setup
+    rc = main(["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--budget", "8",
+               "--out", str(tmp_path / "ro")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "the results are in" in err[0]
+    kept = next(tmp_path.glob("ro.finished-*"))
+    assert {"config.json", "metrics.json", "report.md", "nll.json", "stream.png"} <= {p.name for p in kept.iterdir()}
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -42,6 +81,8 @@ def test_stream_writes_metrics_and_evicting_cache_holds_less(setup, tmp_path, ca
     (["--policy", "sinks", "--budget", "4", "--n-sink", "4"], "budget >= 5"),
     (["--positions", "rolling", "--model", "GPT2"], "learned absolute positions"),
     (["--model", "nowhere/at/all/x"], "no such"),
+    (["--tokens", "1"], "--tokens 1"),
+    (["--chunk", "0"], "--chunk 0"),
 ])
 def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, message):
     model, text = setup

@@ -263,3 +263,26 @@ def test_cli_bad_input_exits_2_with_one_line(cache, capsys, argv, fragment):
     err = capsys.readouterr().err
     assert err.startswith("attnlab: error: ") and fragment in err and err.count("\n") == 1
     assert not (cache / "models").exists() or list((cache / "models").iterdir()) == []
+
+
+def test_cli_generate_takes_the_alias_as_stream_does(cache, capsys):
+    assert main(["generate", "--model", "smollm2", "--prompt", "hi", "--max-new-tokens", "3"]) == 2
+    assert "attnlab models fetch smollm2" in capsys.readouterr().err
+    save_hf(models.model_path("smollm2"))
+    assert main(["generate", "--model", "smollm2", "--prompt", "hi", "--max-new-tokens", "3"]) == 0
+    model, tok = models.load_model_and_tokenizer("smollm2")
+    ids = tok("hi", return_tensors="pt", add_special_tokens=False).input_ids
+    greedy = model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=tok.eos_token_id)
+    assert capsys.readouterr().out == tok.decode(greedy[0].tolist()) + "\n"
+
+
+def test_cli_module_follows_the_command_protocol():
+    import argparse
+
+    from attnlab.models import cli
+
+    sub = argparse.ArgumentParser().add_subparsers(dest="command")
+    cli.add_commands(sub)
+    assert cli.GROUP == "models" and set(sub.choices) == {"models", "generate"}
+    assert sub.choices["models"].get_default("func") is cli.cmd_models
+    assert sub.choices["generate"].get_default("func") is cli.cmd_generate

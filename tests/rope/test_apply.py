@@ -2,32 +2,28 @@
 config export round trip, composition with the KV policies (tiny random models, no network)."""
 import pytest
 import torch
-from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM,
-                          LlamaConfig, LlamaForCausalLM)
+from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from attnlab.core.errors import UsageError
-from attnlab.kv.cache import PolicyCache, RopeSpec
+from attnlab.kv.cache import PolicyCache
+from attnlab.models.rotary import RopeSpec
 from attnlab.rope.apply import ScaledRope, export_scaling
 from attnlab.kv.policies import make_policy
 from attnlab.rope.scalings import SCALINGS, make_scaling, rope_inv_freq
+from tiny_models import V, tiny
 
-V, L0 = 64, 32  # trained context of the tiny models: sequences of 80 tokens are 2.5x past it
+L0 = 32  # trained context of the tiny models: sequences of 80 tokens are 2.5x past it
 
 
 def _llama(**rope):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=L0,
-                      rope_parameters={"rope_type": "default", "rope_theta": 500.0, **rope})
-    return LlamaForCausalLM(cfg).eval()
+    return tiny("llama", max_position_embeddings=L0, rope_parameters={"rope_type": "default", "rope_theta": 500.0,
+                                                                      **rope})
 
 
 def _neox():
-    torch.manual_seed(0)
-    return GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                            intermediate_size=64, rotary_pct=0.5, max_position_embeddings=L0)).eval()
+    return tiny("gpt_neox", max_position_embeddings=L0)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +64,7 @@ def _hf_config(rope):
 ])
 def test_frequencies_agree_with_transformers_initialisers(name, rope, seq_len):
     extra = {k: rope[k] for k in ("beta_fast", "beta_slow") if k in rope}
-    ours_inv, ours_att = SCALINGS[name](factor=rope["factor"], **extra).frequencies(500.0, 16, L0, seq_len)
+    ours_inv, ours_att = SCALINGS.get(name)(factor=rope["factor"], **extra).frequencies(500.0, 16, L0, seq_len)
     theirs_inv, theirs_att = ROPE_INIT_FUNCTIONS[rope["rope_type"]](_hf_config(rope), "cpu", seq_len=seq_len)
     torch.testing.assert_close(ours_inv, theirs_inv.float(), atol=0, rtol=1e-6)
     assert ours_att == pytest.approx(theirs_att, rel=1e-12)
@@ -115,7 +111,7 @@ def test_exported_scaling_saves_and_reloads(name, arch, x, tmp_path):
 
 
 def test_models_without_rope_are_refused():
-    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=4, n_positions=64))
+    gpt2 = tiny("gpt2", None, n_layer=1, n_positions=64)
     with pytest.raises(UsageError, match="no rotary position embedding"):
         ScaledRope(gpt2, make_scaling("ntk", 2.0))
 

@@ -1,9 +1,11 @@
 """`attnlab train`: a run folder, resume and extension, and bad input as one line with exit 2."""
+import argparse
 import json
 
 import pytest
 
 from attnlab import cli
+from attnlab.train import cli as train_cli
 
 
 @pytest.fixture
@@ -85,3 +87,62 @@ def test_holdout_validates_on_the_tail(tmp_path, capsys):
     assert _lines(tmp_path / "a") == _lines(tmp_path / "b")  # same split, same run
     assert cli.main(argv + ["--out", str(tmp_path / "c"), "--holdout", "1.5"]) == 2
     _assert_one_line(capsys, "--holdout 1.5")
+
+
+def test_train_command_follows_the_cli_protocol():
+    assert train_cli.GROUP == "training"
+    parser = argparse.ArgumentParser()
+    train_cli.add_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train", "--train", "t.txt", "--out", "r"])
+    assert args.func is train_cli.cmd_train
+    args.argv = ["train", "--train", "t.txt", "--out", "r"]  # attnlab.cli.main puts it there
+    settings = train_cli._settings(args)
+    assert "func" not in settings and "argv" not in settings
+    assert settings["out"] == "r" and settings["train"] == "t.txt"
+
+
+@pytest.fixture
+def no_tokenizer(monkeypatch):
+    """Fail the test if a tokenizer gets built: bad --out must be refused before that."""
+    def refuse(*a, **k):
+        raise AssertionError("the tokenizer was built before --out was checked")
+
+    monkeypatch.setattr("attnlab.models.tokenizer.make_tokenizer", refuse)
+
+
+def test_out_that_cannot_be_written_is_refused_first(corpus, tmp_path, capsys, monkeypatch, no_tokenizer):
+    (tmp_path / "some_file").write_text("x")
+    assert _train(corpus, tmp_path / "some_file" / "run", "--steps", "2") == 2
+    _assert_one_line(capsys, "is a file, so no folder can be made under it")
+
+    def denied(*a, **k):  # we run as root, which may write anywhere: simulate a read-only location
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(train_cli.tempfile, "TemporaryFile", denied)
+    assert _train(corpus, tmp_path / "ro" / "run", "--steps", "2") == 2
+    _assert_one_line(capsys, f"cannot write in {tmp_path} (Permission denied)")
+    assert not (tmp_path / "ro").exists()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_resume_from_a_damaged_checkpoint(corpus, tmp_path, capsys, damage):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "2") == 0
+    ckpt = out / "checkpoint.pt"
+    ckpt.write_bytes(b"" if damage == "empty" else ckpt.read_bytes()[:200])
+    capsys.readouterr()
+    before = _files(out)
+    assert _train(corpus, out, "--steps", "4", "--resume") == 2
+    _assert_one_line(capsys, "is truncated, damaged or not written by attnlab train")
+    assert _files(out) == before
+
+
+def test_resume_after_a_kill_mid_append(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "4") == 0
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "train_lo')  # what a kill during an append leaves
+    assert _train(corpus, out, "--steps", "8", "--resume") == 0
+    assert "dropped a torn last line" in capsys.readouterr().err
+    assert _train(corpus, tmp_path / "straight", "--steps", "8") == 0
+    assert _lines(out) == _lines(tmp_path / "straight")

@@ -54,7 +54,9 @@ def test_fig7_bptt_longer_than_the_data(tmp_path, capsys):
 def test_demo_skips_a_real_text_experiment_without_its_corpus(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ATTNLAB_DATA", raising=False)
-    monkeypatch.setattr(cli, "DEMO_EXPERIMENTS", ("scansnap-fig7",))
+    from attnlab.experiments import demo
+
+    monkeypatch.setattr(demo, "DEMO_EXPERIMENTS", ("scansnap-fig7",))
     assert cli.main(["demo", "--out", "demo"]) == 0
     report = (tmp_path / "demo" / "report.md").read_text()
     assert "scansnap-fig7: skipped" in report and "--set train=PATH" in report

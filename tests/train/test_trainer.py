@@ -1,10 +1,13 @@
 """The trainer: metrics lines, per-group learning rates, exact resume, bad input."""
+import fractions
 import json
+import os
 
 import pytest
 import torch
 
 from attnlab.core.errors import ConfigError, UsageError
+from attnlab.core.metrics import sink_share
 from attnlab.train.trainer import TrainConfig, Trainer, attention_stats, param_groups
 from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
 
@@ -66,6 +69,7 @@ def test_attention_stats_uniform_and_one_hot():
     first = torch.zeros(1, 1, T, T)
     first[..., 0] = 1
     assert attention_stats([first]) == {"entropy": [[0.0]], "first_token_share": [1.0]}
+    assert torch.allclose(sink_share(causal_uniform), 1 / torch.arange(1, T + 1))  # (T, T) -> (T,): row i gives 1/i
 
 
 def test_group_learning_rates():
@@ -94,3 +98,54 @@ def test_bad_input(tmp_path):
         _trainer(tmp_path / "new").fit(resume=True, show_progress=False)
     with pytest.raises(ConfigError, match="optimizer"):
         TrainConfig(optimizer="lion")
+
+
+def _killed_run(tmp, step=13):
+    """A run killed after the checkpoint at step 8, as the test above makes one."""
+    def kill(s):
+        if s == step:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _trainer(tmp).fit(show_progress=False, on_step=kill)
+    return tmp
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "tail_cut", "garbage", "not_a_checkpoint", "code"])
+def test_damaged_checkpoint_is_one_usage_error_and_touches_nothing(tmp_path, damage):
+    run = _killed_run(tmp_path / "run")
+    ckpt = run / "checkpoint.pt"
+    data = ckpt.read_bytes()
+    if damage == "code":  # weights_only=True refuses to unpickle arbitrary objects
+        torch.save({"model": fractions.Fraction(1, 3)}, ckpt)
+    elif damage == "not_a_checkpoint":
+        torch.save({"step": 3}, ckpt)
+    else:
+        ckpt.write_bytes({"empty": b"", "truncated": data[: len(data) // 2], "tail_cut": data[:-5],
+                          "garbage": b"not a checkpoint " * 8}[damage])
+    before = (run / "metrics.jsonl").read_text()
+    fragment = "is not an attnlab train checkpoint" if damage == "not_a_checkpoint" else "is truncated, damaged"
+    with pytest.raises(UsageError, match=fragment):
+        _trainer(run).fit(resume=True, show_progress=False)
+    assert (run / "metrics.jsonl").read_text() == before
+
+
+def test_torn_last_metrics_line_is_dropped_and_the_file_replaced(tmp_path, capsys):
+    full = _trainer(tmp_path / "full").fit(show_progress=False)
+    run = _killed_run(tmp_path / "cut")
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 16, "train_loss": 2.3, "entro')  # a kill during an append
+    inode = os.stat(run / "metrics.jsonl").st_ino
+    assert _trainer(run).fit(resume=True, show_progress=False) == full
+    assert "dropped a torn last line" in capsys.readouterr().err
+    assert os.stat(run / "metrics.jsonl").st_ino != inode  # rewritten aside and renamed, not in place
+
+
+def test_damaged_earlier_metrics_line_is_a_usage_error(tmp_path):
+    run = _killed_run(tmp_path / "run")
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    damaged = "\n".join([lines[0], "garbage", *lines[1:]]) + "\n"
+    (run / "metrics.jsonl").write_text(damaged)
+    with pytest.raises(UsageError, match="line 2 is not a metrics line"):
+        _trainer(run).fit(resume=True, show_progress=False)
+    assert (run / "metrics.jsonl").read_text() == damaged

@@ -1,4 +1,6 @@
-"""Corpora as lists of lines. Code never assumes ``../shared`` exists: every path is given.
+"""Corpora as lists of lines, from a text file or a folder of them.
+
+Code never assumes ``../shared`` exists: every path is given.
 
 WikiText files (v1 tokenized, e.g. ``wikitext-2/valid.txt``) already mark rare words as
 ``<unk>`` and split hyphens as `` @-@ ``; they are read as they are, line by line, exactly as

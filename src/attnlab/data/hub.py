@@ -1,13 +1,15 @@
-"""Corpora by Hugging Face ``datasets`` name: ``hf:NAME[/CONFIG][:SPLIT]``, e.g.
-``hf:Salesforce/wikitext/wikitext-2-v1:train`` (the part after the last ``/`` that has no ``:``
-is taken as the config when the name has three parts). Needs the optional ``datasets`` package
-and a network; without either the error says how to give the text as a file instead.
+"""Corpora by Hugging Face ``datasets`` name (the adapter to the ``datasets`` library).
+
+Specs read ``hf:NAME[/CONFIG][:SPLIT]``, e.g. ``hf:Salesforce/wikitext/wikitext-2-v1:train``
+(the part after the last ``/`` that has no ``:`` is taken as the config when the name has three
+parts). Needs the optional ``datasets`` package and a network; without either the error says how
+to give the text as a file instead. :mod:`attnlab.data.sources` imports this module only for such
+specs, and this module imports ``datasets`` only when it reads one.
 """
 from __future__ import annotations
 
 from attnlab.core.errors import UsageError
-
-PREFIX = "hf:"
+from attnlab.data.sources import HUB_PREFIX as PREFIX
 
 
 def parse_spec(spec: str) -> tuple[str, str | None, str]:

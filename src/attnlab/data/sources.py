@@ -3,18 +3,20 @@
 A corpus is named by a path (used as given) or by a relative name such as
 ``wikitext-2/valid.txt``, looked up, in order, under ``$ATTNLAB_DATA``, ``./data`` and
 ``../shared/data``. None of these folders has to exist; when nothing is found the error names
-the setting that fixes it. ``hf:NAME[/CONFIG][:SPLIT]`` names a Hugging Face dataset (read
-through :mod:`attnlab.data.hub`, when the network allows).
+the setting that fixes it. ``hf:NAME[/CONFIG][:SPLIT]`` names a Hugging Face dataset, read
+through :mod:`attnlab.data.hub` when the network allows; that module (and the ``datasets``
+library) is imported only for such a spec, so importing :mod:`attnlab.data` stays light.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from attnlab.core.errors import MissingResource, UsageError
+from attnlab.core.errors import MissingResource
 from attnlab.data.corpus import read_lines
 
 DATA_ENV = "ATTNLAB_DATA"
+HUB_PREFIX = "hf:"  # names a Hugging Face dataset
 
 
 class CorpusNotFound(MissingResource):
@@ -41,8 +43,8 @@ def locate(spec: str, key: str, fix: str | None = None) -> Path:
 
 def read_corpus(spec: str, key: str, fix: str | None = None) -> list[str]:
     """The lines of corpus ``spec``: a path, a name under the data folders, or ``hf:...``."""
-    if spec.startswith("hf:"):
-        from attnlab.data.hub import hub_lines
+    if spec.startswith(HUB_PREFIX):
+        from attnlab.data.hub import hub_lines  # only here: it is the one path to the datasets library
 
         return hub_lines(spec)
     return read_lines(locate(spec, key, fix))

@@ -1,5 +1,7 @@
-"""The ``basic_english`` word tokenizer (the scheme the Scan&Snap and JoMA authors trained
-with) and a vocabulary built from the training split, with ``<unk>`` for everything else.
+"""The ``basic_english`` word tokenizer and a vocabulary built from the training split.
+
+basic_english is the scheme the Scan&Snap and JoMA authors trained with; the vocabulary maps
+every word outside the training split to ``<unk>``.
 
 basic_english: lower-case; quotes ``"`` and the markup ``<br />`` dropped; ``'`` kept as its
 own token; ``. , ( ) ! ?`` split off as tokens; ``; :`` removed; split on whitespace.

@@ -9,18 +9,22 @@ Every piece is tokenised once (:class:`PasskeyPrompts`); a prompt is a concatena
 so a grid of lengths × depths × samples × scalings costs one prefill per prompt and no
 re-tokenisation. The prefill is one forward (dynamic NTK then sees the whole prompt's length, as it
 would in one ``generate`` call) computing only the last position's logits.
+
+:func:`passkey_grid` evaluates whatever model it is given; a method (a RoPE scaling, a KV policy)
+is wrapped around it by the caller: ``with ScaledRope(model, s): passkey_grid(model, tok, prompts)``.
 """
 from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import ConfigError, UsageError
 
 INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
                "I will quiz you about the important information there.")
@@ -38,9 +42,24 @@ class PasskeyCase:
     key: int
 
 
+def check_grid(lengths, depths, samples: int) -> None:
+    """Refuse a grid that cannot be run, naming the condition that failed."""
+    if samples < 1:
+        raise ConfigError(f"samples={samples}: give at least 1 prompt per (length, depth)")
+    if not lengths:
+        raise ConfigError("lengths is empty: give at least one prompt length")
+    if not depths:
+        raise ConfigError("depths is empty: give at least one key depth in [0, 1]")
+    outside = [d for d in depths if not 0 <= d <= 1]
+    if outside:
+        raise ConfigError(f"depths {', '.join(f'{d:g}' for d in outside)}: a key depth lies in [0, 1] "
+                          "(0: right after the instruction, 1: just before the question)")
+
+
 def passkey_cases(lengths, depths, samples: int, seed: int = 0) -> list[PasskeyCase]:
     """The grid with its keys: one fixed draw per (length, depth, sample), the same for every
     scaling compared on it."""
+    check_grid(lengths, depths, samples)
     rng = np.random.default_rng(seed)
     return [PasskeyCase(int(n), float(d), s, int(rng.integers(KEY_RANGE[0], KEY_RANGE[1] + 1)))
             for n in lengths for d in depths for s in range(samples)]
@@ -129,3 +148,56 @@ def retrieve(model, tokenizer, ids: list[int], max_new: int = 10) -> str:
         out = model(torch.tensor([new[-1:]], device=device), past_key_values=cache, logits_to_keep=1)
         new.append(int(out.logits[0, -1].argmax()))
     return tokenizer.decode(new, skip_special_tokens=True)
+
+
+@dataclass
+class PasskeyResult:
+    case: PasskeyCase
+    answer: int | None
+    text: str
+    seconds: float
+
+    @property
+    def correct(self) -> bool:
+        return self.answer == self.case.key
+
+
+def build_prompts(tokenizer, cases: list[PasskeyCase]) -> dict[PasskeyCase, list[int]]:
+    """Each case's prompt token ids, tokenised once (and reused under every method compared)."""
+    prompts = PasskeyPrompts(tokenizer)
+    return {c: prompts.build(c) for c in cases}
+
+
+def passkey_grid(model, tokenizer, prompts: dict[PasskeyCase, list[int]], progress=None) -> list[PasskeyResult]:
+    """Every prompt through ``model``: one prefill and a greedy answer per case."""
+    rows = []
+    for case, ids in prompts.items():
+        t0 = time.perf_counter()
+        text = retrieve(model, tokenizer, ids)
+        rows.append(PasskeyResult(case, answer_of(text), text, time.perf_counter() - t0))
+        if progress is not None:
+            progress.update(1)
+    return rows
+
+
+def accuracy_grid(rows: list[PasskeyResult]) -> tuple[list[int], list[float], np.ndarray]:
+    """(lengths, depths, accuracy (n_depths, n_lengths)) over the samples of each cell."""
+    lengths = sorted({r.case.length for r in rows})
+    depths = sorted({r.case.depth for r in rows})
+    acc = np.zeros((len(depths), len(lengths)))
+    for i, d in enumerate(depths):
+        for j, n in enumerate(lengths):
+            cell = [r.correct for r in rows if r.case.depth == d and r.case.length == n]
+            acc[i, j] = np.mean(cell)
+    return lengths, depths, acc
+
+
+def accuracy_at(rows: list[PasskeyResult], length: int) -> float:
+    return float(np.mean([r.correct for r in rows if r.case.length == length]))
+
+
+def passkey_metrics(results: dict[str, list[PasskeyResult]]) -> dict:
+    """metrics.json's view of a grid per method: one record per prompt."""
+    return {name: [{"length": r.case.length, "depth": r.case.depth, "sample": r.case.sample, "key": r.case.key,
+                    "answer": r.answer, "correct": r.correct, "output": r.text, "seconds": round(r.seconds, 3)}
+                   for r in rows] for name, rows in results.items()}

@@ -1,31 +1,31 @@
-"""The experiment registry: one name -> one figure, table or theorem check.
+"""The experiment registry: one name -> one figure, table or theorem check, listed in the talk's order.
 
-An experiment is a config dataclass (every knob, with the paper's defaults) plus a run
-function ``run(cfg, ctx) -> Result``. Registering is one decorator in the experiment's own
-module; :func:`load_all` imports those modules so the CLI sees them.
+An experiment is a config dataclass (every knob, with the paper's defaults) plus a run function
+``run(cfg, ctx) -> Result``. Registering is one decorator in the experiment's own module; such
+modules are found, not listed: :func:`load_all` imports every module under ``attnlab`` named
+``experiments`` or ``exp_*``. Each experiment belongs to a part of the talk, read off the package
+of its run function (``attnlab.kv`` -> "KV-cache policies").
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from attnlab.core.errors import UsageError
+import attnlab
+from attnlab.core.registry import Registry
 from attnlab.experiments.claims import Claim
 
-# Modules that register experiments; later issues append theirs here.
-EXPERIMENT_MODULES = (
-    "attnlab.theory.scansnap.experiments",
-    "attnlab.theory.joma.exp_invariants",
-    "attnlab.theory.joma.exp_ode",
-    "attnlab.theory.joma.exp_hierarchy",
-    "attnlab.train.exp_fig7",
-    "attnlab.train.exp_joma_text",
-    "attnlab.kv.experiments",
-    "attnlab.rope.experiments",
-    "attnlab.rope.exp_pi_finetune",
+# The parts of the talk, in its order: package prefix -> part. A package not listed is its own
+# part, named after the package, after these.
+PARTS = (
+    ("attnlab.theory.scansnap", "Scan&Snap"),
+    ("attnlab.theory.joma", "JoMA"),
+    ("attnlab.train", "real text"),
+    ("attnlab.kv", "KV-cache policies"),
+    ("attnlab.rope", "RoPE scaling"),
 )
 
 
@@ -42,14 +42,25 @@ class Result:
 @dataclass(frozen=True)
 class Experiment:
     name: str
-    summary: str  # one line, for `attnlab reproduce --list`
+    summary: str  # one line, for `attnlab list`
     config_cls: type
     run: Callable[[Any, Any], Result]
     quick: dict[str, Any] = field(default_factory=dict)  # overrides for `attnlab demo`
     demo: bool = True  # False: too slow for the demo's few minutes even in quick mode
+    part: str = ""  # the part of the talk (part_of(run's module)); "" for an ad-hoc run
+    order: int = 0  # its place among the experiments of its module (registration order)
 
 
-_REGISTRY: dict[str, Experiment] = {}
+EXPERIMENTS: Registry[Experiment] = Registry("experiment", "see `attnlab list`")
+
+
+def part_of(module: str) -> str:
+    """The part of the talk for a module path: its PARTS entry, else its package's name."""
+    for prefix, part in PARTS:
+        if module == prefix or module.startswith(prefix + "."):
+            return part
+    names = module.split(".")
+    return names[1] if names[0] == "attnlab" and len(names) > 2 else ".".join(names[:-1]) or module
 
 
 def register(name: str, summary: str, config: type, quick: dict[str, Any] | None = None, demo: bool = True):
@@ -58,24 +69,41 @@ def register(name: str, summary: str, config: type, quick: dict[str, Any] | None
         raise TypeError(f"{name}: config must be a dataclass")
 
     def wrap(fn):
-        if name in _REGISTRY:
-            raise ValueError(f"experiment {name!r} registered twice")
-        _REGISTRY[name] = Experiment(name, summary, config, fn, dict(quick or {}), demo)
+        order = sum(e.run.__module__ == fn.__module__ for _, e in EXPERIMENTS.items())
+        EXPERIMENTS.add(name, Experiment(name, summary, config, fn, dict(quick or {}), demo,
+                                         part_of(fn.__module__), order))
         return fn
 
     return wrap
 
 
+def experiment_modules() -> list[str]:
+    """Every module under ``attnlab`` that registers experiments (named ``experiments`` or ``exp_*``)."""
+    found = []
+    for info in pkgutil.walk_packages(attnlab.__path__, "attnlab."):
+        last = info.name.rsplit(".", 1)[-1]
+        if not info.ispkg and (last == "experiments" or last.startswith("exp_")):
+            found.append(info.name)
+    return found
+
+
+def _talk_key(exp: Experiment) -> tuple:
+    """Parts in the talk's order (unlisted ones after, by name); in a part, a package's
+    ``experiments`` module before its ``exp_*`` modules, those by name; in a module, registration order."""
+    rank = [p for _, p in PARTS]
+    part = (rank.index(exp.part), "") if exp.part in rank else (len(rank), exp.part)
+    module = exp.run.__module__
+    package, _, last = module.rpartition(".")
+    return part, package, last != "experiments", last, exp.order
+
+
 def load_all() -> dict[str, Experiment]:
-    for mod in EXPERIMENT_MODULES:
-        importlib.import_module(mod)
-    return dict(sorted(_REGISTRY.items()))
+    """Every registered experiment, name -> experiment, in the talk's order."""
+    for module in experiment_modules():
+        importlib.import_module(module)
+    return {e.name: e for e in sorted((e for _, e in EXPERIMENTS.items()), key=_talk_key)}
 
 
 def get(name: str) -> Experiment:
-    experiments = load_all()
-    if name not in experiments:
-        close = difflib.get_close_matches(name, experiments, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(f"unknown experiment {name!r}: {hint}see `attnlab reproduce --list`")
-    return experiments[name]
+    load_all()
+    return EXPERIMENTS.get(name)

@@ -1,16 +1,17 @@
-"""Run an experiment into a folder: the experiment contract.
+"""Run an experiment into a folder: the experiment contract, for registered experiments and
+ad-hoc commands (``attnlab stream``, ``passkey``, ``longppl``: experiments with no claims) alike.
 
-``DIR/config.json`` (fully resolved config), ``DIR/metrics.json`` (claims and extra
-metrics), PNG figures and ``DIR/report.md``. Output is written into a hidden staging folder
-beside DIR and moved into place only when everything is written, so a failed or
-interrupted run never leaves a folder that looks complete, and a previous run in DIR
-stays intact until the new one has succeeded.
+``DIR/config.json`` (fully resolved config), ``DIR/metrics.json`` (claims, their counts by status,
+and extra metrics; strict JSON), PNG figures and ``DIR/report.md``. Output is written into a hidden
+staging folder beside DIR and moved into place only when everything is written, so a failed or
+interrupted run never leaves a folder that looks complete, and a previous run in DIR stays intact
+until the new one has succeeded. Staging folders of killed runs are removed by the next run.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -22,7 +23,9 @@ import torch
 
 from attnlab import __version__
 from attnlab.core.errors import UsageError
+from attnlab.core.io import clean_stale, swap_into_place, write_atomic, write_json
 from attnlab.experiments import config as config_mod
+from attnlab.experiments.claims import tally
 from attnlab.experiments.registry import Experiment, Result
 from attnlab.experiments.report import experiment_report
 
@@ -31,11 +34,13 @@ RUN_MARKERS = ("metrics.json", "index.html")  # files that mark a folder as attn
 
 @dataclass
 class RunContext:
-    """What a running experiment may use: its output folder, device and progress bars."""
+    """What a running experiment may use: its output folder, device, progress bars, and the
+    command line that started it (ad-hoc commands record it in their metrics)."""
 
     out: Path
     device: str = "cpu"
     show_progress: bool = True
+    command: str = ""
 
     def progress(self, total: int, desc: str):
         """A tqdm bar with ETA on stderr (hidden when stderr is not a terminal)."""
@@ -49,6 +54,11 @@ class RunContext:
         fig.savefig(self.out / name, dpi=120, bbox_inches="tight")
         plt.close(fig)
         return name
+
+
+def command_line(argv: list[str]) -> str:
+    """The command that made a run, as a user could type it again (recorded in report.md)."""
+    return "attnlab " + " ".join(shlex.quote(str(a)) for a in argv)
 
 
 def check_device(device: str) -> str:
@@ -74,15 +84,18 @@ def resolve_config(exp: Experiment, overrides: dict[str, str], seeds: int | None
 
 @contextlib.contextmanager
 def staged_output(out: Path) -> Iterator[Path]:
-    """Yield a fresh staging folder; on success it replaces ``out`` atomically (same parent)."""
+    """Yield a fresh staging folder; on success it replaces ``out`` (renamed within the same parent)."""
     out = Path(out).expanduser().absolute()
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file: give a folder path")
     if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in RUN_MARKERS):
         raise UsageError(f"--out {out} already holds other files: choose an empty or new folder")
+    if os.path.ismount(out):  # a mount point cannot be renamed, so a finished run could not replace it
+        raise UsageError(f"--out {out} is a mount point: give a folder inside it, e.g. --out {out / 'run'}")
     created = [p for p in out.parents if not p.exists()]  # removed again if the run fails
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(out.parent, out.name)  # staging folders of killed runs
         stage = out.parent / f".{out.name}.partial-{os.getpid()}-{time.monotonic_ns()}"
         stage.mkdir()
     except OSError as e:
@@ -95,16 +108,32 @@ def staged_output(out: Path) -> Iterator[Path]:
             with contextlib.suppress(OSError):
                 p.rmdir()
         raise
-    old = out.parent / f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}"
-    if out.exists():
-        out.rename(old)
-    stage.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    _place(stage, out)
+
+
+def _place(stage: Path, out: Path) -> None:
+    """Move the finished run into ``out``; if that fails, keep it, visibly, and say where."""
+    try:
+        swap_into_place(stage, out)
+    except OSError as e:
+        kept = out.with_name(f"{out.name}.finished-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        try:  # a visible name: the next run's clean_stale removes only hidden staging folders
+            stage.replace(kept)
+        except OSError:
+            kept = stage
+        raise UsageError(f"the run finished but could not be moved into --out {out} ({e.strerror or e}); "
+                         f"the results are in {kept}") from None
+
+
+def run_into(exp: Experiment, cfg: Any, out: Path, device: str, command: str) -> Result:
+    """Run ``exp`` into the folder ``out`` through a staging folder (see :func:`staged_output`)."""
+    with staged_output(out) as stage:
+        return execute(exp, cfg, stage, device, True, command)
 
 
 def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress: bool, command: str) -> Result:
     """Run ``exp`` and write the contract files into ``run_dir`` (which must exist)."""
-    ctx = RunContext(run_dir, device, show_progress)
+    ctx = RunContext(run_dir, device, show_progress, command)
     t0 = time.perf_counter()
     result = exp.run(cfg, ctx)
     seconds = time.perf_counter() - t0
@@ -113,16 +142,13 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
         "experiment": exp.name,
         "claims": [c.to_json() for c in result.claims],
         "all_hold": all(c.holds for c in result.claims),
+        "claim_counts": tally(result.claims),
         "seconds": round(seconds, 3),
         "attnlab_version": __version__,
         "torch_version": torch.__version__,
         **result.metrics,
     }
-    _write_json(run_dir / "config.json", config)
-    _write_json(run_dir / "metrics.json", metrics)
-    (run_dir / "report.md").write_text(experiment_report(exp, result, config, seconds, command))
+    write_json(run_dir / "config.json", config)
+    write_json(run_dir / "metrics.json", metrics)
+    write_atomic(run_dir / "report.md", experiment_report(exp, result, config, seconds, command))
     return result
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, allow_nan=True) + "\n")

@@ -6,7 +6,12 @@
   (one token in, one out) the new token is written *into the evicted slot*: no copy of the cache.
 - The attention-function registry: ``attnlab_kv`` attends over the stored slots with its own mask
   (stored slots are unordered after eviction, so the model's positional mask cannot describe
-  them) and, for H2O, accumulates the post-softmax attention each slot receives.
+  them) and, for H2O, hands the layer the post-softmax attention each slot receives. It finds
+  its layer as transformers' own cache does, by the attention module's ``layer_idx``.
+
+A layer owns its state: only its update methods write it (``update`` stores the step's tokens;
+``update_padding`` and ``update_scores`` take what only the attention step sees: which new tokens
+are padding, and H2O's attention); ``visible``, ``state`` and the size queries only read.
 
 Slots keep their stream index (``pos``), so positions can be
 
@@ -19,12 +24,12 @@ Slots keep their stream index (``pos``), so positions can be
   sees every kept key at its rank distance. For sinks+window only the sinks move: O(n_sink).
 
 Nothing is patched: ``with PolicyCache(model, policy) as cache`` switches the model's attention
-implementation to ``attnlab_kv`` and restores it on exit. Pinned to transformers 5.23.
+implementation to ``attnlab_kv`` and binds its attention modules (from :mod:`attnlab.models.arch`)
+to this cache, and undoes both on exit. Pinned to transformers 5.23.
 """
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -34,52 +39,14 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnlab.core.errors import UsageError
-from attnlab.rope.apply import DYNAMIC_FLAG, find_rotary
 from attnlab.kv.policies import KVPolicy, SlotState
+from attnlab.models import arch
+from attnlab.models.rotary import RopeSpec, is_dynamic
 
 ATTN_NAME = "attnlab_kv"
 POSITIONS = ("original", "rolling")
-_ACTIVE = threading.local()  # the layer whose update() just ran: its attention call comes next
-
-
-@dataclass(frozen=True)
-class RopeSpec:
-    """The rotation a model's RoPE applies: angle = position × inv_freq on the first rot_dims dims."""
-
-    inv_freq: torch.Tensor  # (rot_dims / 2,) float32
-    rot_dims: int
-    _cos_sin: dict = field(default_factory=dict, compare=False, repr=False)  # int delta -> (cos, sin), (1, rot)
-
-    @classmethod
-    def of(cls, model: torch.nn.Module) -> "RopeSpec":
-        mods = find_rotary(model)
-        if not mods:
-            kind = getattr(model.config, "model_type", "this model")
-            raise UsageError(f"rolling positions re-rotate RoPE keys, but {kind} has learned absolute positions "
-                             "(as GPT-2 and OPT do): use --positions original")
-        if getattr(mods[0], DYNAMIC_FLAG, False):
-            raise UsageError("rolling positions re-rotate keys with fixed RoPE frequencies, but dynamic NTK "
-                             "changes them with the length: use --positions original or a static scaling")
-        inv = mods[0].inv_freq.detach().float().clone()
-        return cls(inv, 2 * inv.numel())
-
-    def rotate(self, k: torch.Tensor, delta: torch.Tensor | int) -> torch.Tensor:
-        """k (n, D) rotated by delta (n,) positions (or one int for all), in float32; rotate_half
-        layout (Llama, NeoX)."""
-        if isinstance(delta, int):  # steady decoding rotates by 1: its cos/sin are computed once
-            if delta not in self._cos_sin:
-                self._cos_sin[delta] = self._angles(torch.tensor([delta]))
-            cos, sin = (t.to(k.device) for t in self._cos_sin[delta])
-        else:
-            cos, sin = self._angles(delta.to(k.device))
-        rot, rest = k[:, : self.rot_dims].float(), k[:, self.rot_dims:]
-        x1, x2 = rot.chunk(2, dim=-1)
-        out = (rot * cos + torch.cat([-x2, x1], -1) * sin).to(k.dtype)
-        return torch.cat([out, rest], -1) if rest.shape[-1] else out
-
-    def _angles(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ang = delta.to(torch.float32)[:, None] * self.inv_freq.to(delta.device)  # (n, rot/2)
-        return torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)  # (n, rot) each
+# attention module -> the PolicyCache whose context binds it (the attention function's only way to its cache)
+_BOUND: "weakref.WeakKeyDictionary[torch.nn.Module, PolicyCache]" = weakref.WeakKeyDictionary()
 
 
 class PolicyLayer(CacheLayerMixin):
@@ -215,19 +182,24 @@ class PolicyLayer(CacheLayerMixin):
             d = delta if isinstance(delta, int) else delta.reshape(-1)[idx]
             flat.index_copy_(0, idx, self.rope.rotate(flat.index_select(0, idx), d))
 
-    # -- called by the attention function ---------------------------------------------------------
-    def step_mask(self, hf_mask: torch.Tensor | None, q: int) -> torch.Tensor | None:
-        """(B, H, q, S) bool: which stored slots each new query may attend to (None: all of them)."""
+    # -- the attention step's two updates (the attention function alone sees mask and probabilities) --
+    def update_padding(self, real: torch.Tensor) -> None:
+        """Mark which of this step's new tokens are real (not padding): real (B, q) bool."""
+        b, h, q = self.new_slots.shape
+        self.valid.scatter_(2, self.new_slots, real[:, None, :].expand(b, h, q))
+        n_pad = (~real).sum(-1).view(b, 1, 1)
+        self.n_pad += n_pad
+        self.any_pad = self.any_pad or bool(n_pad.any())
+
+    def update_scores(self, received: torch.Tensor) -> None:
+        """H2O: add the attention each stored slot received this step, (B, H, S)."""
+        self.score += received
+
+    # -- queries (read-only) -------------------------------------------------------------------
+    def visible(self) -> torch.Tensor | None:
+        """(B, H, q, S) bool: which stored slots each of this step's q queries may attend to (None: all)."""
         b, h, s = self.valid.shape
-        if hf_mask is not None:  # new token j is padding iff the model's mask hides it from itself
-            j = torch.arange(q, device=self.device)
-            real = hf_mask[:, 0, j, self.stored_before + j]  # (B, q)
-            if real.dtype != torch.bool:
-                real = real == 0
-            self.valid.scatter_(2, self.new_slots, real[:, None, :].expand(b, h, q))
-            n_pad = (~real).sum(-1).view(b, 1, 1)
-            self.n_pad += n_pad
-            self.any_pad = self.any_pad or bool(n_pad.any())
+        q = self.new_slots.shape[-1]
         if q == 1 and not self.any_pad:
             return None
         # slot visible to query j iff real and (stored before this step, or a new token <= j)
@@ -238,18 +210,30 @@ class PolicyLayer(CacheLayerMixin):
         return (self.valid[:, :, None, :] & (step[:, :, None, :] <= j)) | own
 
 
+def _real_new_tokens(hf_mask: torch.Tensor | None, stored_before: int, q: int) -> torch.Tensor | None:
+    """(B, q) bool: new token j is real iff the model's mask (B, 1, q, S) lets it see itself (column
+    ``stored_before + j``, see get_mask_sizes); None without a mask (no padding)."""
+    if hf_mask is None:
+        return None
+    j = torch.arange(q, device=hf_mask.device)
+    real = hf_mask[:, 0, j, stored_before + j]  # (B, q)
+    return real if real.dtype == torch.bool else real == 0
+
+
 def policy_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """Attention over a PolicyLayer's slots; query (B, Hq, q, D), key/value (B, Hkv, S, D)."""
-    pending = getattr(_ACTIVE, "pending", None)
-    if pending is None or pending[1] is not key:  # not our cache (e.g. a plain DynamicCache): plain SDPA
+    cache = _BOUND.get(module)
+    layer = cache.layers[module.layer_idx] if cache is not None else None
+    if layer is None or key is not layer.keys:  # not this cache's keys (a plain DynamicCache, none): plain SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
-    layer: PolicyLayer = pending[0]
-    _ACTIVE.pending = None
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     g = hq // hkv  # query heads per KV head
-    mask = layer.step_mask(attention_mask, q)  # (B, Hkv, q, S) or None
+    real = _real_new_tokens(attention_mask, layer.stored_before, q)
+    if real is not None:
+        layer.update_padding(real)
+    mask = layer.visible()  # (B, Hkv, q, S) or None
     if layer.score is not None:  # H2O: materialise the probabilities it scores on
         # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
         # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
@@ -258,7 +242,7 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         if mask is not None:
             logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
         probs = logits.float().softmax(-1)
-        layer.score += probs.sum(dim=2)  # column sums over the group's heads and this step's queries
+        layer.update_scores(probs.sum(dim=2))  # column sums over the group's heads and this step's queries
         out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
     else:
         full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)
@@ -273,6 +257,17 @@ def _register() -> None:
         AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
 
 
+def _rolling_rope(model: torch.nn.Module) -> RopeSpec:
+    """The rotation rolling positions re-rotate kept keys with; refused where there is none to use."""
+    if arch.position_kind(model) == arch.LEARNED:
+        raise UsageError(f"rolling positions re-rotate RoPE keys, but {model.config.model_type} has learned absolute "
+                         "positions (as GPT-2 and OPT do): use --positions original")
+    if is_dynamic(model):
+        raise UsageError("rolling positions re-rotate keys with fixed RoPE frequencies, but dynamic NTK "
+                         "changes them with the length: use --positions original or a static scaling")
+    return RopeSpec.of(model)
+
+
 class PolicyCache(Cache):
     """A transformers ``Cache`` whose layers evict by ``policy``; use as a context manager::
 
@@ -283,25 +278,34 @@ class PolicyCache(Cache):
     def __init__(self, model: torch.nn.Module, policy: KVPolicy, positions: str = "original"):
         if positions not in POSITIONS:
             raise UsageError(f"unknown positions {positions!r}: choose original or rolling")
-        rope = RopeSpec.of(model) if positions == "rolling" else None
+        rope = _rolling_rope(model) if positions == "rolling" else None
         n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
         super().__init__(layers=[PolicyLayer(policy, rope) for _ in range(n_layers)])
         self.model, self.policy, self.positions = model, policy, positions
         self._saved_impl: str | None = None
+        self._bound: list[torch.nn.Module] = []  # the attention modules this context binds
+        self._saved_bound: list = []
 
     def __enter__(self) -> "PolicyCache":
         _register()
         self._saved_impl = self.model.config._attn_implementation
+        self._bound = [arch.attention(self.model, i).module for i in range(len(self.layers))]
+        self._saved_bound = [_BOUND.get(m) for m in self._bound]  # an enclosing cache's, restored on exit
+        for m in self._bound:
+            _BOUND[m] = self
         self.model.set_attn_implementation(ATTN_NAME)
         return self
 
     def __exit__(self, *exc) -> None:
         self.model.set_attn_implementation(self._saved_impl)
+        for m, prev in zip(self._bound, self._saved_bound):
+            if prev is None:
+                del _BOUND[m]
+            else:
+                _BOUND[m] = prev
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
-        keys, values = self.layers[layer_idx].update(key_states, value_states)
-        _ACTIVE.pending = (self.layers[layer_idx], keys)
-        return keys, values
+        return self.layers[layer_idx].update(key_states, value_states)
 
     def kv_bytes(self) -> int:
         """Bytes held by the stored keys and values, all layers."""

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import torch
-
-from attnlab.core.errors import ConfigError, MissingResource, UsageError
+from attnlab.core.errors import ConfigError
+from attnlab.evals.inputs import load_stream
+from attnlab.evals.streaming import StreamResult, stream_nll
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
 from attnlab.kv.cache import PolicyCache
-from attnlab.evals.streaming import StreamResult, stream_nll
+from attnlab.kv.plots import split_figure, stream_figure
 from attnlab.kv.policies import make_policy
-from attnlab.core.plotting import plt
-from attnlab.data.sources import read_corpus
 
 
 @dataclass(frozen=True)
@@ -58,38 +55,6 @@ class H2OConfig:
     sweep_recent: tuple[int, ...] = (64, 192, 224)  # other splits of the same budget, measured (not claimed)
 
 
-def load_model(model_name: str, ctx):
-    """(model on ctx.device, tokenizer); MissingResource if the model is not cached (the demo skips)."""
-    from attnlab.models.pretrained import load_model_and_tokenizer, resolve_model
-
-    try:
-        resolve_model(model_name)
-    except UsageError as e:
-        raise MissingResource(str(e)) from None
-    model, tok = load_model_and_tokenizer(model_name)
-    return model.to(ctx.device), tok
-
-
-def text_ids(tok, text: str, tokens: int, fix: str | None = None) -> torch.Tensor:
-    """The first ``tokens`` token ids (T,) of ``text`` (a corpus name or file); ConfigError if shorter.
-    ``fix``: how the caller's user names the text (default ``--set text=PATH``)."""
-    lines = read_corpus(text, "text", fix)
-    ids, used = [], 0
-    while len(ids) < tokens and used < len(lines):  # tokenise only what is needed
-        chunk = "".join(lines[used:used + 2000])
-        used += 2000
-        ids += tok(chunk, add_special_tokens=False)["input_ids"]
-    if len(ids) < tokens:
-        raise ConfigError(f"text={text} has only {len(ids)} tokens; need tokens={tokens}")
-    return torch.tensor(ids[:tokens])
-
-
-def load_stream(model_name: str, text: str, tokens: int, ctx, fix: str | None = None):
-    """The model (on ctx.device) and the first ``tokens`` token ids (T,) of ``text``."""
-    model, tok = load_model(model_name, ctx)
-    return model, text_ids(tok, text, tokens, fix)
-
-
 def _run(model, ids, label, ctx, chunk=1, positions="rolling", **policy) -> StreamResult:
     with ctx.progress(len(ids) - 1, label) as bar:
         return stream_nll(model, ids, PolicyCache(model, make_policy(**policy), positions), chunk, bar)
@@ -98,7 +63,7 @@ def _run(model, ids, label, ctx, chunk=1, positions="rolling", **policy) -> Stre
 @register("streaming-ppl", "StreamingLLM: window vs attention sinks vs dense, streaming PPL on a real model",
           StreamConfig, quick={"tokens": 384, "budget": 64, "long_tokens": 0})
 def run_streaming(cfg: StreamConfig, ctx) -> Result:
-    model, ids = load_stream(cfg.model, cfg.text, max(cfg.tokens, cfg.long_tokens), ctx)
+    model, ids = load_stream(cfg.model, cfg.text, max(cfg.tokens, cfg.long_tokens), ctx.device)
     short = ids[:cfg.tokens]
     b = cfg.budget
     runs = {"dense": _run(model, short, "dense", ctx, cfg.dense_chunk, name="full"),
@@ -153,7 +118,7 @@ def run_streaming(cfg: StreamConfig, ctx) -> Result:
 @register("h2o-ppl", "H2O heavy hitters vs StreamingLLM sinks at one KV budget, streaming PPL on a real model",
           H2OConfig, quick={"tokens": 384, "budget": 64, "recent": 32, "sweep_recent": (48,)})
 def run_h2o(cfg: H2OConfig, ctx) -> Result:
-    model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx)
+    model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx.device)
     b, s, r = cfg.budget, cfg.n_sink, cfg.recent
     runs = {"dense": _run(model, ids, "dense", ctx, 256, name="full"),
             f"sinks {s}+{b - s}": _run(model, ids, "sinks", ctx, name="sinks", budget=b, n_sink=s),
@@ -173,7 +138,7 @@ def run_h2o(cfg: H2OConfig, ctx) -> Result:
                          recent=rr).ppl
     split = dict(sorted(split.items()))
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "h2o_nll.png")
-    _split_figure(ctx, split, b, s, sinks, dense)
+    split_figure(ctx, split, b, s, sinks, dense)
     summary = (f"{cfg.model} on {cfg.tokens} tokens of {cfg.text}, budget {b}, token by token, rolling positions. "
                "PPL: " + ", ".join(f"{k} {v:.3f}" for k, v in ppl.items()) + ". sinks+h2o by recent window: "
                + ", ".join(f"{rr} recent {v:.3f}" for rr, v in split.items()) + ".")
@@ -183,42 +148,3 @@ def run_h2o(cfg: H2OConfig, ctx) -> Result:
         "h2o_nll.png": "NLL per position (mean over 64-token windows); KV bytes stored; tokens/s along the stream.",
         "h2o_split.png": "sinks+h2o PPL at one budget as the recent window takes more of it (heavy hitters fewer)."},
         summary)
-
-
-def _split_figure(ctx, split: dict, budget: int, n_sink: int, sinks: float, dense: float) -> None:
-    fig, ax = plt.subplots(figsize=(5, 3.4), layout="constrained")
-    heavy = [budget - n_sink - r for r in split]
-    ax.plot(heavy, list(split.values()), "o-", label=f"sinks({n_sink})+h2o")
-    ax.axhline(sinks, color="C1", ls="--", label=f"sinks({n_sink})+window (0 heavy)")
-    ax.axhline(dense, color="k", ls=":", label="dense")
-    ax.set(xlabel=f"heavy hitters kept (of a budget of {budget})", ylabel="PPL", title="splitting a KV budget")
-    ax.legend(fontsize=7)
-    ctx.savefig(fig, "h2o_split.png")
-
-
-def _smooth(x: np.ndarray, w: int = 64) -> np.ndarray:
-    return np.convolve(x, np.ones(w) / w, mode="valid") if len(x) > w else x
-
-
-def stream_figure(ctx, runs: dict, long: dict, context: int, name: str) -> None:
-    """NLL per position, KV bytes and tokens/s along the stream, one line per run (and, with
-    ``long``, the stream past the model's context)."""
-    fig, axes = plt.subplots(1, 4 if long else 3, figsize=(17 if long else 13, 3.4), layout="constrained")
-    for k, r in runs.items():
-        axes[0].plot(_smooth(r.nll), label=f"{k} (PPL {r.ppl:.2f})", lw=1)
-        if r.kv_bytes:
-            axes[1].plot([t for t, _ in r.kv_bytes], [v / 2**20 for _, v in r.kv_bytes], label=k)
-        if r.clock:
-            axes[2].plot(*r.throughput(), label=k, lw=1)
-    axes[0].set(xlabel="position", ylabel="NLL (64-token mean)", title="streaming NLL")
-    axes[1].set(xlabel="tokens seen", ylabel="KV cache (MiB)", title="memory")
-    axes[2].set(xlabel="tokens seen", ylabel="tokens/s", title="speed (dense: chunked)", yscale="log")
-    for ax in axes[:3]:
-        ax.legend(fontsize=7)
-    if long:
-        for k, r in long.items():
-            axes[3].plot(_smooth(r.nll, 256), label=k, lw=1)
-        axes[3].axvline(context, color="k", ls=":", lw=1)
-        axes[3].set(xlabel="position", ylabel="NLL (256-token mean)", title=f"past the {context}-token context")
-        axes[3].legend(fontsize=7)
-    ctx.savefig(fig, name)

@@ -16,17 +16,19 @@ their priorities, as in the papers:
 
 ``budget`` is a token count, or a fraction in (0, 1) of the tokens seen so far (H2O's "20%").
 Selection is per KV head: each head keeps its own tokens; the stored tensors all have the same
-length, so they stay one (B, H_kv, S, D) tensor.
+length, so they stay one (B, H_kv, S, D) tensor. A new policy is a class (its priority) plus its
+line in ``POLICIES``.
 """
 from __future__ import annotations
 
-import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 
 from attnlab.core.errors import UsageError
+from attnlab.core.registry import Registry
 
 KEEP = float("inf")  # priority of a token the policy must keep (sink or recent)
 
@@ -47,6 +49,7 @@ class KVPolicy:
 
     budget: int | float | None = None
     needs_scores = False  # True: the attention function accumulates attention into SlotState.score
+    needs_budget = True  # False: the policy keeps everything
     name = "full"
 
     def capacity(self, seen: int) -> int | None:
@@ -78,6 +81,7 @@ def _sink(s: SlotState, n: int) -> torch.Tensor:  # (B, H, S) bool: among each r
 
 @dataclass(frozen=True)
 class Full(KVPolicy):
+    needs_budget = False
     name = "full"
 
     def capacity(self, seen: int) -> int | None:
@@ -131,33 +135,31 @@ class H2O(KVPolicy):
         return f"{sinks}h2o(budget={self.budget}, recent={self.recent or 'budget/2'})"
 
 
-POLICIES = ("full", "window", "sinks", "h2o", "sinks+h2o")
+# name -> how make_policy's options build it: (budget, n_sink, recent) -> KVPolicy
+POLICIES: Registry[Callable[[int | float | None, int, int | None], KVPolicy]] = Registry("KV policy")
+POLICIES.add("full", lambda budget, n_sink, recent: Full())
+POLICIES.add("window", lambda budget, n_sink, recent: Window(budget))
+POLICIES.add("sinks", lambda budget, n_sink, recent: Sinks(budget, n_sink=n_sink))
+POLICIES.add("h2o", lambda budget, n_sink, recent: H2O(budget, recent=recent))
+POLICIES.add("sinks+h2o", lambda budget, n_sink, recent: H2O(budget, recent=recent, n_sink=n_sink))
 
 
 def make_policy(name: str, budget: int | float | None = None, n_sink: int = 4,
                 recent: int | None = None) -> KVPolicy:
-    """A policy by name; one-line errors for unknown names and impossible budgets."""
-    if name not in POLICIES:
-        close = difflib.get_close_matches(name, POLICIES, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise UsageError(f"unknown KV policy {name!r}{hint} (choose from {', '.join(POLICIES)})")
-    if name == "full":
-        return Full()
+    """A policy by name; one-line errors for unknown names (with the closest) and impossible budgets."""
+    policy = POLICIES.get(name)(budget, n_sink, recent)
+    if not policy.needs_budget:
+        return policy
     if budget is None:
         raise UsageError(f"policy {name!r} needs a budget: tokens (e.g. --budget 256) or a fraction (--budget 0.2)")
     if budget <= 0 or (isinstance(budget, float) and budget >= 1 and not budget.is_integer()):
         raise UsageError(f"budget {budget}: give a token count >= 1 or a fraction in (0, 1)")
-    if isinstance(budget, float) and budget >= 1:
-        budget = int(budget)
-    sinks = {"sinks": n_sink, "sinks+h2o": n_sink}.get(name, 0)
     if n_sink < 0 or (recent is not None and recent < 0):
         raise UsageError("n_sink and recent must be >= 0")
-    reserved = sinks + (recent or 0)
-    if isinstance(budget, int) and budget < reserved + 1:
-        raise UsageError(f"budget {budget} leaves no room beyond {sinks} sink(s)"
-                         + (f" + {recent} recent" if recent else "") + f": use a budget >= {reserved + 1}")
-    if name == "window":
-        return Window(budget)
-    if name == "sinks":
-        return Sinks(budget, n_sink=n_sink)
-    return H2O(budget, recent=recent, n_sink=sinks)
+    if isinstance(budget, float) and budget >= 1:
+        policy = replace(policy, budget=int(budget))
+    sinks, kept = getattr(policy, "n_sink", 0), getattr(policy, "recent", None)
+    if isinstance(policy.budget, int) and policy.budget < policy.reserved() + 1:
+        raise UsageError(f"budget {policy.budget} leaves no room beyond {sinks} sink(s)"
+                         + (f" + {kept} recent" if kept else "") + f": use a budget >= {policy.reserved() + 1}")
+    return policy

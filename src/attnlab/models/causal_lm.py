@@ -11,7 +11,6 @@ Checkpoints are standard folders (config.json + model.safetensors + tokenizer fi
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
 from attnlab.core.errors import ConfigError, UsageError
+from attnlab.core.io import staged_dir
 
 hf_logging.disable_progress_bar()  # a "Loading weights" bar on every from_pretrained drowns our own
 
@@ -93,16 +93,11 @@ class CausalLM(nn.Module):
         """Write a standard checkpoint folder (with the tokenizer's files), replacing it whole: the
         new folder is complete before the old one is moved aside, so a kill never leaves neither."""
         folder = Path(folder)
-        tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.hf.save_pretrained(str(tmp))
-        if tokenizer is not None:
-            tokenizer.save(tmp)
-        shutil.rmtree(old, ignore_errors=True)
-        if folder.exists():
-            folder.replace(old)
-        tmp.replace(folder)
-        shutil.rmtree(old, ignore_errors=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with staged_dir(folder) as stage:
+            self.hf.save_pretrained(str(stage))
+            if tokenizer is not None:
+                tokenizer.save(stage)
         return folder
 
 

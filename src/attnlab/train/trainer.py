@@ -4,21 +4,26 @@ The model is any module with ``forward(x (B, T), attentions: bool) -> (logits (B
 [attention (B, H, T, T) per layer])``; it may return no maps when ``attentions`` is False (a
 Hugging Face model then keeps its fast fused attention for the training steps). Every
 ``track_every`` steps one line goes to ``metrics.jsonl``: training loss (mean since the last
-line), per-layer and per-head attention entropy (the theory half's
-:func:`attnlab.core.metrics.attention_entropy`, averaged over batch and query rows), the
-share of attention on the first token, and, every ``eval_every`` steps, validation loss.
+line), per-layer and per-head attention entropy (:func:`attnlab.core.metrics.attention_entropy`,
+averaged over batch and query rows), the share of attention on the first token
+(:func:`attnlab.core.metrics.sink_share`, averaged over all rows), and, every ``eval_every``
+steps, validation loss. Minibatches come from the batcher named by ``batching``
+(:mod:`attnlab.train.batching`).
 Attention is always measured on one fixed probe minibatch (the first training batch) with
 dropout off, so its curve compares like with like; the probe's first sequence's maps are
 kept at ``snapshot_steps``.
 
 Resume: ``checkpoint.pt`` holds the model, the optimiser, the step and every RNG state (dropout
 draws from torch's global generator; random windows from their own), so a run killed after a
-checkpoint and resumed writes the same metrics as one that never stopped.
+checkpoint and resumed writes the same metrics as one that never stopped. It holds data only
+(tensors, dicts, lists, numbers, strings) and is read with ``torch.load(weights_only=True)``.
 """
 from __future__ import annotations
 
 import fnmatch
 import json
+import pickle
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,11 +33,13 @@ import torch
 from torch import nn
 
 from attnlab.core.errors import ConfigError, UsageError
-from attnlab.train.batching import batchify, bptt_batches, random_windows
-from attnlab.core.metrics import attention_entropy
+from attnlab.core.io import write_atomic
+from attnlab.core.metrics import attention_entropy, sink_share
+from attnlab.train.batching import BATCHERS, make_batcher
 
-OPTIMIZERS = ("sgd", "adam")
-BATCHINGS = ("bptt", "random")
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+# what checkpoint.pt holds; torch.load(weights_only=True) reads it: tensors, dicts, lists, numbers, strings
+CHECKPOINT_KEYS = ("model", "optimizer", "step", "loss_acc", "torch_rng", "window_rng", "config", "snapshots")
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,7 @@ class TrainConfig:
     # lr 10 for the layer-0 FFN and 5 elsewhere: ("layers.0.linear*=10",)
     group_lrs: tuple[str, ...] = ()
     clip: float = 0.5  # max gradient norm; 0 disables
-    batching: str = "bptt"
+    batching: str = "bptt"  # a name in attnlab.train.batching.BATCHERS
     batch_size: int = 20  # parallel streams (bptt) or windows (random)
     bptt: int = 35  # sequence length
     steps: int = 1500
@@ -57,8 +64,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer={self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
-        if self.batching not in BATCHINGS:
-            raise ConfigError(f"batching={self.batching!r}: use one of {', '.join(BATCHINGS)}")
+        if self.batching not in BATCHERS:
+            raise ConfigError(BATCHERS.unknown(self.batching))
         if not self.lr > 0 or self.clip < 0:
             raise ConfigError(f"lr={self.lr}, clip={self.clip}: need lr > 0 and clip >= 0")
         for name in ("batch_size", "bptt", "track_every", "eval_every", "checkpoint_every"):
@@ -103,9 +110,9 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
 
 
 def attention_stats(maps: list[torch.Tensor]) -> dict:
-    """Per layer: entropy per head (mean over batch and query rows) and mean attention on token 0."""
+    """Per layer: entropy per head (mean over batch and query rows) and sink share (mean over all rows)."""
     entropy = [attention_entropy(a).mean((0, 2)).tolist() for a in maps]  # a: (B, H, T, T) -> (H,)
-    first = [float(a[..., 0].mean()) for a in maps]
+    first = [float(sink_share(a).mean()) for a in maps]  # (B, H, T) -> one number
     return {"entropy": entropy, "first_token_share": first}
 
 
@@ -114,52 +121,24 @@ class Trainer:
                  cfg: TrainConfig, run_dir: str | Path, device: str = "cpu"):
         self.model, self.cfg, self.device = model.to(device), cfg, device
         self.run_dir = Path(run_dir)
-        self.train_src = self._prepare(train_ids, "training")
-        self.valid_src = None if valid_ids is None else self._prepare(valid_ids, "validation")
-        self.opt = (torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam)(param_groups(model, cfg))
+        self.batcher = make_batcher(cfg.batching, cfg.batch_size, cfg.bptt)
+        self.train_src = self.batcher.prepare(train_ids, "training")
+        self.valid_src = None if valid_ids is None else self.batcher.prepare(valid_ids, "validation")
+        self.opt = OPTIMIZERS[cfg.optimizer](param_groups(model, cfg))
         self.gen = torch.Generator().manual_seed(cfg.seed)  # random windows
         self.step = 0
         self.loss_acc = [0.0, 0]  # training-loss sum and count since the last metrics line
         self.snapshots: dict[int, list[torch.Tensor]] = {}
-
-    def _prepare(self, ids: torch.Tensor, split: str) -> torch.Tensor:
-        cfg = self.cfg
-        if cfg.batching == "random":
-            if ids.numel() < cfg.bptt + 1:
-                raise UsageError(f"the {split} split has {ids.numel()} tokens, fewer than bptt+1={cfg.bptt + 1}")
-            return ids
-        src = batchify(ids, cfg.batch_size)
-        if cfg.bptt > src.shape[0] - 1:
-            raise UsageError(f"bptt={cfg.bptt} is longer than the {split} data allows ({src.shape[0]} tokens per "
-                             f"stream with batch_size={cfg.batch_size}): lower bptt or batch_size, or give more text")
-        return src
-
-    # ------------------------------------------------------------------ batches
-    def _batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Minibatch ``step`` (0-based): bptt cycles through the streams epoch after epoch."""
-        if self.cfg.batching == "random":
-            return random_windows(self.train_src, self.cfg.batch_size, self.cfg.bptt, self.gen)
-        n = (self.train_src.shape[0] - 2) // self.cfg.bptt + 1  # minibatches per epoch
-        i = (step % n) * self.cfg.bptt
-        t = min(self.cfg.bptt, self.train_src.shape[0] - 1 - i)
-        return self.train_src[i : i + t].t(), self.train_src[i + 1 : i + 1 + t].t()
 
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean next-token cross-entropy on the validation split (dropout off)."""
         self.model.eval()
         total, count = 0.0, 0
-        if self.cfg.batching == "random":
-            g = torch.Generator().manual_seed(12345)  # the same windows at every evaluation
-            batches = (random_windows(self.valid_src, self.cfg.batch_size, self.cfg.bptt, g)
-                       for _ in range(self.cfg.eval_batches or 50))
-        else:
-            batches = bptt_batches(self.valid_src, self.cfg.bptt)
-        for k, (x, y) in enumerate(batches):
-            if self.cfg.eval_batches and k >= self.cfg.eval_batches:
-                break
+        for x, y in self.batcher.eval_batches(self.valid_src, self.cfg.eval_batches):  # each (B, T)
             logits, _ = self.model(x.to(self.device), attentions=False)
-            total += nn.functional.cross_entropy(logits.flatten(0, 1), y.to(self.device).flatten(), reduction="sum").item()
+            loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.to(self.device).flatten(), reduction="sum")
+            total += loss.item()
             count += y.numel()
         self.model.train()
         return total / count
@@ -179,22 +158,56 @@ class Trainer:
         tmp.replace(self.run_dir / "checkpoint.pt")  # atomic: a kill never leaves half a checkpoint
 
     def load_checkpoint(self) -> None:
+        """Restore model, optimiser, step and RNG states; cut metrics.jsonl back to the checkpoint's step."""
+        state = self._read_checkpoint()
         path = self.run_dir / "checkpoint.pt"
-        if not path.is_file():
-            raise UsageError(f"{self.run_dir}: no checkpoint.pt to resume from; start without --resume")
-        state = torch.load(path, weights_only=False)
         if state["config"] != self._config_json():
             raise UsageError(f"{path} was written by a different config; resume with the same settings "
                              "or start a new run folder")
+        kept = self._metrics_lines(upto=state["step"])
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         self.gen.set_state(state["window_rng"])
-        self.step, self.snapshots, self.loss_acc = state["step"], state["snapshots"], state["loss_acc"]
+        self.step, self.snapshots, self.loss_acc = state["step"], state["snapshots"], list(state["loss_acc"])
         # drop metric lines written after the checkpoint: the resumed run writes them again
-        lines = (self.run_dir / "metrics.jsonl").read_text().splitlines() if (self.run_dir / "metrics.jsonl").exists() else []
-        kept = [line for line in lines if json.loads(line)["step"] <= self.step]
-        (self.run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
+        write_atomic(self.run_dir / "metrics.jsonl", "".join(line + "\n" for line in kept))
+
+    def _read_checkpoint(self) -> dict:
+        """checkpoint.pt as a dict; a missing, truncated or foreign file is one UsageError line."""
+        path = self.run_dir / "checkpoint.pt"
+        if not path.is_file():
+            raise UsageError(f"{self.run_dir}: no checkpoint.pt to resume from; start without --resume")
+        try:
+            state = torch.load(path, weights_only=True)  # data only: loading runs no pickled code
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, KeyError, ValueError) as e:  # torn or foreign
+            raise UsageError(f"{path} is truncated, damaged or not written by attnlab train ({type(e).__name__}); "
+                             "restore it from a copy, or start a new run folder without --resume") from None
+        missing = [k for k in CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else CHECKPOINT_KEYS
+        if missing:
+            raise UsageError(f"{path} is not an attnlab train checkpoint (no {', '.join(missing)}); "
+                             "start a new run folder without --resume")
+        return state
+
+    def _metrics_lines(self, upto: int) -> list[str]:
+        """metrics.jsonl's lines up to step ``upto``. A torn last line (a kill during an append leaves
+        one) is dropped with a note; a damaged earlier line is a UsageError."""
+        path = self.run_dir / "metrics.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        kept = []
+        for n, line in enumerate(lines, 1):
+            try:
+                step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):
+                if n < len(lines):
+                    raise UsageError(f"{path}: line {n} is not a metrics line; delete it (and the lines after it) "
+                                     "or start a new run folder") from None
+                print(f"attnlab train: {path}: dropped a torn last line (left by a run killed while writing it)",
+                      file=sys.stderr)
+                break
+            if step <= upto:
+                kept.append(line)
+        return kept
 
     # ------------------------------------------------------------------ the loop
     def fit(self, resume: bool = False, show_progress: bool = True,
@@ -218,7 +231,7 @@ class Trainer:
         tokens, t0 = 0, time.perf_counter()
         snap = set(cfg.snapshot_steps)
         while self.step < cfg.steps:
-            x, y = self._batch(self.step)
+            x, y = self.batcher.batch(self.train_src, self.step, self.gen)  # each (B, T)
             x, y = x.to(self.device), y.to(self.device)
             logits, _ = self.model(x, attentions=False)
             loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
@@ -253,8 +266,7 @@ class Trainer:
         """Attention statistics on one fixed minibatch (the first training batch), dropout off, so
         every step is measured on the same tokens the same way. -> (stats, maps)."""
         if not hasattr(self, "_probe_x"):
-            self._probe_x = (self.train_src[: self.cfg.bptt].t() if self.cfg.batching == "bptt"
-                             else self.train_src[: self.cfg.bptt].view(1, -1)).to(self.device)
+            self._probe_x = self.batcher.probe(self.train_src).to(self.device)  # (B', T)
         was_training = self.model.training
         self.model.eval()
         _, maps = self.model(self._probe_x, attentions=True)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from attnlab.core.errors import ConfigError
+from attnlab.core.nn import PostLNBlock
 
 
 @dataclass(frozen=True)
@@ -45,30 +46,6 @@ def sinusoidal_positions(max_len: int, d: int) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq[: d // 2])
     return pe
-
-
-class PostLNBlock(nn.Module):
-    """One encoder block (names follow ``nn.TransformerEncoderLayer`` so weights map 1:1)."""
-
-    def __init__(self, d: int, heads: int, d_ffn: int, dropout: float):
-        super().__init__()
-        self.heads = heads
-        self.in_proj = nn.Linear(d, 3 * d)
-        self.out_proj = nn.Linear(d, d)
-        self.linear1, self.linear2 = nn.Linear(d, d_ffn), nn.Linear(d_ffn, d)
-        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.dropout, self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x: (B, T, d); mask: (T, T) bool, True = blocked -> (B, T, d), attention (B, H, T, T)."""
-        b, t, d = x.shape
-        q, k, v = self.in_proj(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # (B, H, T, dh)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.heads)  # (B, H, T, T)
-        a = scores.masked_fill(mask, float("-inf")).softmax(-1)
-        ctx = (self.dropout(a) @ v).transpose(1, 2).reshape(b, t, d)
-        x = self.norm1(x + self.dropout1(self.out_proj(ctx)))
-        x = self.norm2(x + self.dropout2(self.linear2(self.dropout(torch.relu(self.linear1(x))))))
-        return x, a
 
 
 class TutorialTransformer(nn.Module):

@@ -5,16 +5,8 @@ import pytest
 import torch
 
 from attnlab.core.errors import ConfigError
-from attnlab.theory.joma.hierarchy import (
-    LatentTree,
-    LatentTreeConfig,
-    TopDownConfig,
-    TopDownHierarchy,
-    alignment_score,
-    cooccurrence,
-    latent_correlations,
-    pool_hidden,
-)
+from attnlab.theory.joma.alignment import alignment_score, cooccurrence, latent_correlations, pool_hidden
+from attnlab.theory.joma.hierarchy import LatentTree, LatentTreeConfig, TopDownConfig, TopDownHierarchy
 from attnlab.theory.joma.transformer import PostLNTransformer, TransformerConfig
 
 
@@ -175,18 +167,18 @@ def test_model_post_ln_placement():
         torch.testing.assert_close(z.var(-1, correction=0), torch.ones(3, 6), atol=1e-3, rtol=0)
     blk = m.blocks[0]
     x = torch.randn(1, 6, 16)
-    out, h, _ = blk(x, torch.zeros(1, 6, dtype=torch.bool))
-    x1 = blk.ln1(x + _attn(blk, x))  # LayerNorm AFTER the attention residual
-    torch.testing.assert_close(h, torch.relu(blk.ff1(x1)))
-    torch.testing.assert_close(out, blk.ln2(x1 + blk.ff2(h)))  # and after the FFN residual
+    out, h, _ = blk.trace(x, torch.zeros(1, 1, 1, 6, dtype=torch.bool))
+    x1 = blk.norm1(x + _attn(blk, x))  # LayerNorm AFTER the attention residual
+    torch.testing.assert_close(h, torch.relu(blk.linear1(x1)))
+    torch.testing.assert_close(out, blk.norm2(x1 + blk.linear2(h)))  # and after the FFN residual
 
 
 def _attn(blk, x):
     """Multi-head attention output (projected, no mask), recomputed by hand."""
     n, t, d = x.shape
-    q, k, v = blk.qkv(x).view(n, t, 3, blk.heads, d // blk.heads).permute(2, 0, 3, 1, 4)
+    q, k, v = blk.in_proj(x).view(n, t, 3, blk.heads, d // blk.heads).permute(2, 0, 3, 1, 4)
     a = (q @ k.transpose(-1, -2) / (d // blk.heads) ** 0.5).softmax(-1)
-    return blk.proj((a @ v).transpose(1, 2).reshape(n, t, d))
+    return blk.out_proj((a @ v).transpose(1, 2).reshape(n, t, d))
 
 
 def test_model_config_errors():
@@ -233,3 +225,15 @@ def test_empty_sequence_stays_finite():
     out = m(torch.full((2, 6), 10))  # no tokens at all (the probabilistic tree can emit none)
     assert torch.isfinite(out.logits).all()
     assert (pool_hidden(out.ffn_hidden[0], torch.ones(2, 6, dtype=torch.bool)) == 0).all()
+
+
+def test_block_is_the_shared_post_ln_block():
+    from attnlab.core.nn import PostLNBlock
+
+    blk = _model().blocks[0]
+    assert type(blk) is PostLNBlock
+    x, mask = torch.randn(2, 6, 16), torch.zeros(2, 1, 1, 6, dtype=torch.bool)
+    out, _, a = blk.trace(x, mask)
+    out2, a2 = blk(x, mask)  # forward: the same block without the FFN activations
+    torch.testing.assert_close(out2, out, rtol=0, atol=0)
+    torch.testing.assert_close(a2, a, rtol=0, atol=0)

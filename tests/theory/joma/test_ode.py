@@ -9,7 +9,7 @@ from scipy.special import erfinv
 
 from attnlab.core.errors import ConfigError
 from attnlab.core.metrics import attention_entropy
-from attnlab.theory.joma.exp_ode import LinearConfig, NonlinearConfig, draw_mu
+from attnlab.theory.joma.exp_ode import LinearConfig, NonlinearConfig
 from attnlab.theory.joma.ode import (
     authors_softmax_simulation,
     convergence_rates,
@@ -22,6 +22,7 @@ from attnlab.theory.joma.ode import (
     linear_closed_form,
     linear_rhs,
 )
+from attnlab.theory.joma.ode_checks import draw_mu
 
 # mixed signs, a ~0 "common" entry, an exact 0, and argmax|Δ| negative
 DELTA = np.array([0.3, -0.9, 1e-3, 0.0, 0.55, -0.2, 0.75])

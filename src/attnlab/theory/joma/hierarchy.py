@@ -1,4 +1,4 @@
-"""Hierarchical latent data of JoMA §6 (Theorem 5) and the latent-alignment score.
+"""Hierarchical latent data of JoMA §6 (Theorem 5): the latent tree and the top-down generator.
 
 Two generators:
 
@@ -35,7 +35,6 @@ ancestor of leaf l at height H is l // B^H, and leaf l belongs to class l // B^{
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -150,26 +149,6 @@ class LatentTree:
         return TreeSample(tokens=latents.pop(), latents=latents, labels=y)
 
 
-def cooccurrence(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Empirical P[l | m] = count(l and m) / count(m) from presence (N, V) bool.
-
-    Returns P: (V, V) float64 (row l, column m; NaN where count(m) = 0) and count_m: (V,).
-    """
-    x = tokens.double()
-    both = x.T @ x  # (V, V): count(l and m)
-    count = x.sum(0)  # (V,)
-    return both / count[None, :].where(count > 0, torch.tensor(float("nan"), dtype=torch.float64)), count
-
-
-def fit_line(measured: torch.Tensor, predicted: torch.Tensor) -> dict[str, float]:
-    """Pearson r and least-squares line measured ≈ slope·predicted + intercept (1-D float tensors)."""
-    x, y = predicted.double(), measured.double()
-    xc, yc = x - x.mean(), y - y.mean()
-    slope = float((xc * yc).sum() / (xc * xc).sum())
-    r = float((xc * yc).sum() / ((xc * xc).sum() * (yc * yc).sum()).sqrt())
-    return {"pearson": r, "slope": slope, "intercept": float(y.mean() - slope * x.mean())}
-
-
 # --------------------------------------------------------------------------- top-down variant
 @dataclass(frozen=True)
 class TopDownConfig:
@@ -277,37 +256,35 @@ def sequence_from_presence(present: torch.Tensor, seq_len: int, pad_id: int,
     return x, pad
 
 
-# --------------------------------------------------------------------------- alignment score
-def pool_hidden(h: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-    """Max over non-pad positions: h (N, T, F), pad (N, T) bool -> (N, F).
+# --------------------------------------------------------------------------- one interface
+VARIANTS = ("topdown", "tree")
 
-    A sequence with no tokens (possible in the probabilistic tree) pools to 0, the ReLU floor.
+
+class HierarchyData:
+    """Either generator behind one call: ``draw(n, gen, y=None) -> x, pad, y, latents, present``.
+
+    ``vocab`` counts PAD; ``levels`` names the latent levels, top (nearest the classes) first.
+    The tree's presence vectors become sequences of length ``topdown.seq_len``.
     """
-    return h.masked_fill(pad[..., None], float("-inf")).amax(1).clamp_min(0.0)
 
+    def __init__(self, variant: str, topdown: TopDownConfig, tree: LatentTreeConfig):
+        if variant not in VARIANTS:
+            raise ConfigError(f"variant={variant!r}: use one of {', '.join(VARIANTS)}")
+        self.seq_len = topdown.seq_len
+        if variant == "topdown":
+            self._topdown = TopDownHierarchy(topdown)
+            self.vocab, self.classes, self.pad_id = topdown.vocab_size + 1, topdown.num_classes, self._topdown.pad_id
+            self.levels = [f"latent level {k + 1} ({n})" for k, n in enumerate(topdown.latent_sizes)]
+        else:
+            self._tree = LatentTree(tree)
+            self.vocab, self.classes, self.pad_id = self._tree.V + 1, self._tree.D, self._tree.V
+            self.levels = [f"height {h} ({self._tree.level_size(h)})" for h in range(self._tree.L - 1, 0, -1)]
+        self.variant = variant
 
-def latent_correlations(hidden: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
-    """Pearson correlation of every latent with every unit: hidden (N, F), latents (N, J) -> (J, F).
-
-    One matrix product of the standardised columns. A constant column (dead unit, or a latent
-    never/always on in this batch) has no correlation: its entries are NaN.
-    """
-    h = hidden.double()
-    z = latents.double()
-    hc, zc = h - h.mean(0), z - z.mean(0)
-    hn, zn = hc.norm(dim=0), zc.norm(dim=0)  # (F,), (J,)
-    corr = (zc.T @ hc) / (zn[:, None] * hn[None, :])
-    ok = (zn[:, None] > 1e-12) & (hn[None, :] > 1e-12)
-    return corr.where(ok, torch.tensor(float("nan"), dtype=torch.float64))
-
-
-def alignment_score(hidden: torch.Tensor, latents: torch.Tensor) -> tuple[float, torch.Tensor]:
-    """The authors' score: for each latent its best (signed, largest) correlation over units;
-    the level's score is the mean over latents that vary in the batch.
-
-    hidden (N, F), latents (N, J) -> (score, best (J,) float64 with NaN for constant latents).
-    """
-    corr = latent_correlations(hidden, latents)  # (J, F)
-    best = corr.nan_to_num(nan=-math.inf).amax(1)  # (J,)
-    best = best.where(torch.isfinite(best), torch.tensor(float("nan"), dtype=torch.float64))
-    return float(best.nanmean()), best
+    def draw(self, n: int, gen: torch.Generator, y: torch.Tensor | None = None):
+        if self.variant == "topdown":
+            s = self._topdown.sample(n, gen, y)
+            return s.x, s.pad, s.y, s.latents, s.present
+        s = self._tree.sample(n, gen, y)
+        x, pad = sequence_from_presence(s.tokens, self.seq_len, self._tree.V, gen)
+        return x, pad, s.labels, s.latents, s.tokens

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from attnlab.core.errors import ConfigError
+from attnlab.theory.loop import run_steps
 
 ATTENTIONS = ("softmax", "exp", "linear")
 ACTIVATIONS = ("linear", "relu")
@@ -195,25 +196,24 @@ def train(
     z = z0.clone().requires_grad_(True)
     params = [W, z] + ([head0.clone().requires_grad_(True)] if layer.head == "linear" else [])
     lrs = [eta_w, eta_z] + [eta_w] * (len(params) - 2)
-    wanted = set(range(steps + 1)) if record is None else {s for s in record if 0 <= s <= steps}
+    head = params[2] if len(params) > 2 else None
+    wanted = range(steps + 1) if record is None else [s for s in record if 0 <= s <= steps]
     U_C = layer.U_C.to(W0.dtype)
     hist_steps, Vs, zs, Wsq, losses = [], [], [], [], []
-    for t in range(steps + 1):
-        head = params[2] if len(params) > 2 else None
-        loss = layer.loss(W, z, x, y, head)
-        if t in wanted:
-            with torch.no_grad():
-                hist_steps.append(t)
-                Vs.append(U_C.T @ W)  # (S, M_c, K)
-                zs.append(z.clone())
-                Wsq.append(W.pow(2).sum((-2, -1)))
-                losses.append(layer.loss_per_run(W, z, x, y, head))
-        if t == steps:
-            break
-        grads = torch.autograd.grad(loss, params)
+
+    def keep(t: int) -> None:
+        with torch.no_grad():
+            hist_steps.append(t)
+            Vs.append(U_C.T @ W)  # (S, M_c, K)
+            zs.append(z.clone())
+            Wsq.append(W.pow(2).sum((-2, -1)))
+            losses.append(layer.loss_per_run(W, z, x, y, head))
+
+    def update(t: int) -> None:
+        grads = torch.autograd.grad(layer.loss(W, z, x, y, head), params)
         with torch.no_grad():
             for p, g, lr in zip(params, grads, lrs):
                 p.sub_(lr * g)
-        if on_step:
-            on_step(t + 1)
+
+    run_steps(steps, update, keep, wanted, on_step)
     return JomaHistory(hist_steps, torch.stack(Vs), torch.stack(zs), torch.stack(Wsq), torch.stack(losses))

@@ -121,6 +121,26 @@ class Trajectory:
     stats: dict = field(default_factory=dict)
 
 
+def _diagonal_jacobian(jac_diag: Callable[[np.ndarray], np.ndarray], shape: tuple, method: str):
+    """The solver's Jacobian from its diagonal: components decouple (sparse; LSODA wants it dense)."""
+    from scipy.sparse import diags
+
+    def jac(_t, y):
+        d = jac_diag(y.reshape(shape)).ravel()
+        return np.diag(d) if method == "LSODA" else diags(d, format="csc")
+
+    return jac
+
+
+def _cap_event(cap: float):
+    """A terminal event when max|v| rises through ``cap``."""
+    def hit_cap(_t, y):
+        return np.abs(y).max() - cap
+
+    hit_cap.terminal, hit_cap.direction = True, 1.0
+    return hit_cap
+
+
 def integrate(
     rhs: Callable[[np.ndarray], np.ndarray],
     v0,
@@ -146,25 +166,9 @@ def integrate(
     def f(_t, y):
         return rhs(y.reshape(shape)).ravel()
 
-    options = {}
-    if jac_diag is not None:
-        from scipy.sparse import diags
-
-        def jac(_t, y):  # components decouple: the Jacobian is diagonal (sparse; LSODA wants it dense)
-            d = jac_diag(y.reshape(shape)).ravel()
-            return np.diag(d) if method == "LSODA" else diags(d, format="csc")
-
-        options["jac"] = jac
-
-    events = None
-    if cap is not None:
-        def hit_cap(_t, y):
-            return np.abs(y).max() - cap
-
-        hit_cap.terminal, hit_cap.direction = True, 1.0
-        events = hit_cap
+    options = {} if jac_diag is None else {"jac": _diagonal_jacobian(jac_diag, shape, method)}
     sol = solve_ivp(f, (0.0, float(t_end)), v0.ravel(), method=method, rtol=rtol, atol=atol,
-                    events=events, t_eval=t_eval, **options)
+                    events=None if cap is None else _cap_event(cap), t_eval=t_eval, **options)
     stats = {"solver": method, "rtol": rtol, "atol": atol, "nfev": int(sol.nfev), "njev": int(sol.njev),
              "steps": int(len(sol.t)), "status": int(sol.status), "message": str(sol.message)}
     v = sol.y.T.reshape((-1,) + shape)  # (N, ...)

@@ -1,6 +1,7 @@
-"""A small multilayer post-LN transformer encoder-classifier (JoMA §6, Table 1 / Fig. 7).
+"""A small multilayer post-LN transformer encoder-classifier (JoMA §6, Table 1 / Fig. 7), and its training.
 
-Each block, as in the original (post-LN) Transformer::
+Each block is :class:`attnlab.core.nn.PostLNBlock` (the original Transformer's, shared with the
+training half's tutorial model), here without dropout and with PAD keys masked out::
 
     x = LayerNorm(x + MultiHeadSelfAttention(x))      PAD keys masked out
     h = ReLU(x W1 + b1)                                (N, T, F) — returned per layer
@@ -14,11 +15,15 @@ activations after ReLU, and the attention maps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnlab.core.errors import ConfigError
+from attnlab.core.nn import PostLNBlock
+from attnlab.theory.loop import run_steps
 
 
 @dataclass(frozen=True)
@@ -46,27 +51,6 @@ class TransformerOutput:
     attention: list[torch.Tensor]  # per layer: (N, heads, T, T), rows sum to 1 over non-pad keys
 
 
-class PostLNBlock(nn.Module):
-    def __init__(self, d: int, heads: int, f: int):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln1 = nn.LayerNorm(d)
-        self.ff1 = nn.Linear(d, f)
-        self.ff2 = nn.Linear(f, d)
-        self.ln2 = nn.LayerNorm(d)
-
-    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        n, t, d = x.shape
-        q, k, v = self.qkv(x).view(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # (N, h, T, dh) each
-        logits = q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5  # (N, h, T, T)
-        a = logits.masked_fill(pad[:, None, None, :], float("-inf")).softmax(-1)
-        x = self.ln1(x + self.proj((a @ v).transpose(1, 2).reshape(n, t, d)))
-        h = torch.relu(self.ff1(x))  # (N, T, F)
-        return self.ln2(x + self.ff2(h)), h, a
-
-
 class PostLNTransformer(nn.Module):
     """Encoder-classifier; ``forward(x, pad=None)`` with x (N, T) long, pad (N, T) bool (default x == pad_id)."""
 
@@ -87,10 +71,44 @@ class PostLNTransformer(nn.Module):
         pad = pad.clone()
         pad[:, -1] &= ~pad.all(1)
         z = self.embed(x) + self.pos[: x.shape[1]]  # (N, T, d)
+        mask = pad[:, None, None, :]  # (N, 1, 1, T): PAD keys blocked for every head and query
         hidden, outs, attn = [], [], []
         for block in self.blocks:
-            z, h, a = block(z, pad)
+            z, h, a = block.trace(z, mask)
             hidden.append(h)
             outs.append(z)
             attn.append(a)
         return TransformerOutput(self.head(z[:, -1]), hidden, outs, attn)
+
+
+def train_classifier(
+    model: PostLNTransformer,
+    draw: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    steps: int,
+    lr: float,
+    weight_decay: float,
+    device: str = "cpu",
+    record: Callable[[int], None] | None = None,
+    record_at: Iterable[int] = (),
+    on_step: Callable[[int], None] | None = None,
+) -> tuple[list[float], list[float]]:
+    """Adam (L2 ``weight_decay``, as the authors) on the cross-entropy of the logits, one fresh batch
+    ``draw() -> (x, pad, y)`` per step. ``record(t)`` runs at the steps in ``record_at``.
+
+    Returns the training loss and accuracy of every step's batch.
+    """
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    losses, accs = [], []
+
+    def update(_t: int) -> None:
+        x, pad, y = draw()
+        out = model(x.to(device), pad.to(device))
+        loss = F.cross_entropy(out.logits, y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        accs.append(float((out.logits.argmax(1).cpu() == y).float().mean()))
+
+    run_steps(steps, update, record, record_at, on_step)
+    return losses, accs

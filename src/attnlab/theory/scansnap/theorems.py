@@ -2,7 +2,8 @@
 
 Each function takes a :class:`~attnlab.theory.scansnap.population.FlowSolution` (the T -> ∞
 gradient flow, integrated) and returns plain numbers: what was measured beside what the
-theorem predicts. The experiments turn them into claims.
+theorem predicts; :func:`check_flow` integrates one flow and runs them all. The experiments
+turn them into claims.
 
 The link between them (THEORY.md §1.4): for a distinct token l of class n the flow reduces,
 under Theorem 1's form of the back-propagated gradient, to
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from attnlab.theory.scansnap.data import SeqClassDistribution
-from attnlab.theory.scansnap.population import FlowSolution, attention_c, class_features, flow
+from attnlab.theory.scansnap.population import FlowSolution, attention_c, class_features, flow, integrate_flow
 
 
 def z_rates(dist: SeqClassDistribution, sol: FlowSolution, eta_y: float, eta_z: float, normalize=True, residual=False):
@@ -163,3 +164,28 @@ def theorem4_scan_snap(dist: SeqClassDistribution, trace: GainTrace, eta_y: floa
         "fit_curve": fixed.tolist(),
         "free_fit_curve": free.tolist(),
     }
+
+
+@dataclass
+class FlowChecks:
+    """Theorems 2-4 on one integrated flow: ``signs`` (Theorem 2), and for class 1 ``gain``
+    (Theorem 3) and ``snap`` (Theorem 4) when asked for. dZ: (N, M, M) along the trajectory."""
+
+    sol: FlowSolution
+    dZ: torch.Tensor
+    signs: dict
+    gain: GainTrace | None = None
+    snap: dict | None = None
+
+
+def check_flow(dist: SeqClassDistribution, eta_y: float, eta_z: float, t: np.ndarray, gain: bool = True) -> FlowChecks:
+    """Integrate the population flow from zero init at the times ``t`` (t[0] = 0) and measure Theorem 2's
+    signs, and (``gain``) Theorem 3's relative gain and Theorem 4's scan→snap on B_n."""
+    zero = torch.zeros(dist.M, dist.M, dtype=torch.float64)
+    sol = integrate_flow(dist, zero, zero, eta_y, eta_z, t)
+    dZ = z_rates(dist, sol, eta_y, eta_z)
+    checks = FlowChecks(sol, dZ, theorem2_signs(dist, dZ, t))
+    if gain:
+        checks.gain = theorem3_relative_gain(dist, sol, dZ, eta_z)
+        checks.snap = theorem4_scan_snap(dist, checks.gain, eta_y, eta_z)
+    return checks

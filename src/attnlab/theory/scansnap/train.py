@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import torch
 
 from attnlab.core.errors import ConfigError
+from attnlab.theory.loop import run_steps
 from attnlab.theory.scansnap.data import SeqClassDistribution
 from attnlab.theory.scansnap.model import INITS, cross_entropy, init_yz, yz_logits
 
@@ -83,7 +84,7 @@ def train_sweep(
     """Train C x S runs of the Y/Z model with SGD (separate η_Z for Z, η_Y for Y, momentum).
 
     eta_z, eta_y: (C,) learning rates. ``snapshot_steps``: steps k at which (Y, Z) after k
-    updates is kept (0 = init). ``on_step`` is called after each step (progress bars).
+    updates is kept (0 = init). ``on_step(k)`` is called after the k-th step (progress bars).
     """
     eta_z = torch.as_tensor(eta_z, dtype=torch.float32)
     eta_y = torch.as_tensor(eta_y, dtype=torch.float32)
@@ -104,13 +105,11 @@ def train_sweep(
     buf_z = torch.zeros_like(Z)
     losses = torch.empty(cfg.steps, C, S)
     snapshots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    wanted = set(int(k) for k in snapshot_steps)
 
-    for step in range(cfg.steps + 1):
-        if step in wanted:
-            snapshots[step] = (Y.detach().cpu().clone(), Z.detach().cpu().clone())
-        if step == cfg.steps:
-            break
+    def snapshot(step: int) -> None:
+        snapshots[step] = (Y.detach().cpu().clone(), Z.detach().cpu().clone())
+
+    def update(step: int) -> None:
         batches = [dist.sample_counts(B, g) for g in gens]
         counts = torch.stack([b[0] for b in batches]).to(device)  # (S, B, M)
         query = torch.stack([b[1] for b in batches]).to(device)  # (S, B)
@@ -124,6 +123,6 @@ def train_sweep(
             Y.sub_(lr_y * buf_y)
             Z.sub_(lr_z * buf_z)
         losses[step] = loss.detach().cpu()
-        if on_step is not None:
-            on_step(step)
+
+    run_steps(cfg.steps, update, snapshot, (int(k) for k in snapshot_steps), on_step)
     return SweepResult(Y.detach().cpu(), Z.detach().cpu(), losses, snapshots)

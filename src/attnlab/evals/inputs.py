@@ -1,0 +1,40 @@
+"""What an evaluation runs on: a pretrained model by name, on a device, and the first N tokens of a text."""
+from __future__ import annotations
+
+import torch
+
+from attnlab.core.errors import ConfigError, MissingResource, UsageError
+from attnlab.data.sources import read_corpus
+
+
+def load_model(name: str, device: str = "cpu"):
+    """(model on ``device``, tokenizer) for an alias, model folder, train run or hub id;
+    MissingResource when it is not cached here (the demo then skips the experiment)."""
+    from attnlab.models.pretrained import load_model_and_tokenizer, resolve_model
+
+    try:
+        resolve_model(name)
+    except UsageError as e:
+        raise MissingResource(str(e)) from None
+    model, tok = load_model_and_tokenizer(name)
+    return model.to(device), tok
+
+
+def text_ids(tok, text: str, tokens: int, fix: str | None = None) -> torch.Tensor:
+    """The first ``tokens`` token ids (T,) of ``text`` (a corpus name or file); ConfigError if shorter.
+    ``fix``: how the caller's user names the text (default ``--set text=PATH``)."""
+    lines = read_corpus(text, "text", fix)
+    ids, used = [], 0
+    while len(ids) < tokens and used < len(lines):  # tokenise only what is needed
+        chunk = "".join(lines[used:used + 2000])
+        used += 2000
+        ids += tok(chunk, add_special_tokens=False)["input_ids"]
+    if len(ids) < tokens:
+        raise ConfigError(f"text={text} has only {len(ids)} tokens; need tokens={tokens}")
+    return torch.tensor(ids[:tokens])
+
+
+def load_stream(name: str, text: str, tokens: int, device: str = "cpu", fix: str | None = None):
+    """The model (on ``device``) and the first ``tokens`` token ids (T,) of ``text``."""
+    model, tok = load_model(name, device)
+    return model, text_ids(tok, text, tokens, fix)

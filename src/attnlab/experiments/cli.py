@@ -1,0 +1,93 @@
+"""``attnlab list``, ``attnlab reproduce`` and ``attnlab demo``: the registered experiments, one
+run of one of them, and all of them as a demo."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnlab.core.errors import UsageError
+
+GROUP = "experiments"
+
+EPILOG = """examples:
+  attnlab list
+  attnlab reproduce scansnap-fig6 --out runs/fig6
+  attnlab reproduce scansnap-fig6 --out runs/fig6-quick --seeds 3 --set num_last=1,3 --set sgd.steps=50
+  attnlab reproduce scansnap-theorems --out runs/thm --set ratios=10,30,100
+  attnlab reproduce streaming-ppl --out runs/stream --quick
+
+Every run folder holds config.json (the fully resolved config), metrics.json (each claim:
+measured, expected, tolerance, status), PNG figures and report.md."""
+
+
+def add_commands(sub) -> None:
+    from attnlab.experiments.demo import add_demo
+
+    add_demo(sub)
+    ls = sub.add_parser("list", help="the experiments, by part of the talk, in its order",
+                        description="The registered experiments, grouped by the part of the talk they belong to "
+                        "(Scan&Snap, JoMA, real text, KV-cache policies, RoPE scaling, later capabilities), in "
+                        "the talk's order. Run one with `attnlab reproduce NAME --out DIR`.")
+    ls.set_defaults(func=cmd_list)
+    rep = sub.add_parser(
+        "reproduce",
+        help="run one experiment (a paper figure or theorem check) into a folder",
+        description="Run one registered experiment. Writes DIR/config.json, DIR/metrics.json "
+        "(claims: measured, expected, tolerance, status), PNG figures and DIR/report.md. A previous "
+        "run in DIR is replaced only once the new one has completed.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rep.add_argument("name", nargs="?", help="experiment name (see `attnlab list`)")
+    rep.add_argument("--list", action="store_true", help="list the experiments, one line each")
+    rep.add_argument("--out", type=Path, help="output folder (required to run)")
+    rep.add_argument("--seeds", type=int, help="number of seeds, 1..N (experiments with a 'seeds' setting)")
+    rep.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, e.g. --set sgd.steps=50 --set eta_z=1,2 (repeatable)")
+    rep.add_argument("--quick", action="store_true", help="use the experiment's quick settings (as the demo does)")
+    rep.set_defaults(func=cmd_reproduce)
+
+
+def cmd_list(args) -> int:
+    from attnlab.experiments import registry
+
+    part = None
+    for exp in registry.load_all().values():
+        if exp.part != part:
+            print(("\n" if part is not None else "") + exp.part)
+            part = exp.part
+        print(f"  {exp.name:22s} {exp.summary}")
+    return 0
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set sgd.steps=50")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_reproduce(args) -> int:
+    from attnlab.experiments import registry, runner
+    from attnlab.experiments.claims import describe, tally
+
+    if args.list:
+        for exp in registry.load_all().values():
+            print(f"{exp.name:22s} {exp.summary}")
+        return 0
+    if not args.name:
+        raise UsageError("name an experiment, e.g. `attnlab reproduce scansnap-fig6 --out runs/fig6` "
+                         "(see `attnlab list`)")
+    exp = registry.get(args.name)
+    if args.out is None:
+        raise UsageError(f"--out DIR is required: e.g. `attnlab reproduce {exp.name} --out runs/{exp.name}`")
+    device = runner.check_device(args.device)
+    cfg = runner.resolve_config(exp, _parse_overrides(args.overrides), args.seeds, args.quick)
+    result = runner.run_into(exp, cfg, args.out, device, runner.command_line(args.argv))
+    out = args.out.expanduser().absolute()
+    print(f"{exp.name}: {describe(tally(result.claims))}; report: {out / 'report.md'}")
+    return 0

@@ -1,0 +1,82 @@
+"""`attnlab demo`: the demo experiments in the talk's order, into one folder read like the talk."""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from attnlab.core.errors import MissingResource
+from attnlab.core.io import write_atomic
+from attnlab.experiments import registry, runner
+from attnlab.experiments.claims import describe, tally
+from attnlab.experiments.report import DemoRun, Skipped, demo_index_html, demo_report_md
+
+DEMO_EXPERIMENTS: tuple[str, ...] | None = None  # None: every experiment registered with demo=True
+
+
+def demo_experiments() -> list[registry.Experiment]:
+    """The experiments the demo runs, in the talk's order (the registry's)."""
+    exps = registry.load_all().values()
+    if DEMO_EXPERIMENTS is not None:
+        return [e for e in exps if e.name in DEMO_EXPERIMENTS]
+    return [e for e in exps if e.demo]
+
+
+def add_demo(sub) -> None:
+    """Add ``attnlab demo`` to the argparse subparsers ``sub``."""
+    p = sub.add_parser(
+        "demo",
+        help="run the experiments on their quick settings and write one report (index.html + report.md)",
+        description="Run every demo experiment (quick settings where an experiment has them) into one folder, "
+        "in the order of the talk: an index.html that opens with a summary table and shows every figure and "
+        "every claim with its status (holds, fails with the reason, erratum with its correction, finding), "
+        "and the same as report.md. The long-context ones (passkey, rope-zero-shot, pi-finetune) take too "
+        "long for a demo: run them with `attnlab reproduce`.",
+    )
+    p.add_argument("--out", default="attnlab-demo", type=Path, help="report folder (default: ./attnlab-demo)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--full", action="store_true", help="use each experiment's full settings, not the quick ones")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when any claim fails (errata and findings never count as failures)")
+    p.set_defaults(func=cmd_demo)
+
+
+def _run_one(exp: registry.Experiment, stage: Path, device: str, quick: bool) -> DemoRun | Skipped:
+    cfg = runner.resolve_config(exp, {}, None, quick=quick)
+    run_dir = stage / exp.name
+    run_dir.mkdir()
+    command = f"attnlab reproduce {exp.name} --out {exp.name}" + (" --quick" if quick else "")
+    t0 = time.perf_counter()
+    try:
+        result = runner.execute(exp, cfg, run_dir, device, True, command)
+    except MissingResource as e:  # real-text experiments need a corpus or model this machine may lack
+        shutil.rmtree(run_dir)
+        print(f"[demo] {exp.name}: skipped ({e})", file=sys.stderr, flush=True)
+        return Skipped(exp.name, exp.part, str(e))
+    return DemoRun(exp.name, exp.summary, exp.part, exp.name, result, time.perf_counter() - t0)
+
+
+def cmd_demo(args) -> int:
+    """Run the demo into ``args.out``; 1 with ``--strict`` when a claim fails, else 0."""
+    device = runner.check_device(args.device)
+    settings = f"{'full' if args.full else 'quick'} settings, {device}"
+    exps = demo_experiments()
+    t0 = time.perf_counter()
+    runs, skipped = [], []
+    with runner.staged_output(args.out) as stage:
+        for i, exp in enumerate(exps, 1):
+            print(f"[demo] {i}/{len(exps)} {exp.name} ({exp.part}) ...", file=sys.stderr, flush=True)
+            done = _run_one(exp, stage, device, quick=not args.full)
+            (runs if isinstance(done, DemoRun) else skipped).append(done)
+        seconds = time.perf_counter() - t0
+        write_atomic(stage / "index.html", demo_index_html(runs, skipped, seconds, settings))
+        write_atomic(stage / "report.md", demo_report_md(runs, skipped, seconds, settings))
+    counts = tally(c for r in runs for c in r.result.claims)
+    out = args.out.expanduser().absolute()
+    print(f"attnlab demo: {describe(counts)} in {seconds:.0f} s")
+    print(f"report: {out / 'index.html'}  (and {out / 'report.md'})")
+    if args.strict and counts["fails"]:  # errata and findings are not failures
+        print(f"attnlab demo: --strict: {counts['fails']} claim(s) fail", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,135 @@
+"""`attnlab demo`: quick vs full settings, the talk's order, skipped experiments, --strict; fake experiments."""
+import dataclasses
+import json
+
+import pytest
+from html_page import Page
+
+from attnlab import cli
+from attnlab.core.errors import MissingResource
+from attnlab.core.registry import Registry
+from attnlab.experiments import registry
+from attnlab.experiments.claims import check, erratum, finding
+from attnlab.experiments.registry import Result
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclasses.dataclass
+class Cfg:
+    steps: int = 100
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    """An empty registry that finds no modules; ``add(...)`` registers a fake experiment in a package."""
+    monkeypatch.setattr(registry, "EXPERIMENTS", Registry("experiment", "see `attnlab list`"))
+    monkeypatch.setattr(registry, "experiment_modules", lambda: [])
+    seen = []  # (name, steps) per run, in the order the demo ran them
+
+    def add(name, module, claims=(), demo=True, missing=None):
+        def run(cfg, ctx):
+            seen.append((name, cfg.steps))
+            if missing:
+                raise MissingResource(missing)
+            (ctx.out / "fig.png").write_bytes(PNG)
+            return Result(list(claims) or [check(f"{name} holds", 1, 1, 0)], figures={"fig.png": f"{name} figure"})
+
+        run.__module__ = module  # the part of the talk follows from it
+        registry.register(name, f"{name}: one line", Cfg, quick={"steps": 3}, demo=demo)(run)
+
+    add.seen = seen
+    return add
+
+
+def _talk(fakes):
+    """Registered out of the talk's order: the demo must still run them in it."""
+    fakes("a-kv", "attnlab.kv.exp_fake")
+    fakes("b-joma", "attnlab.theory.joma.exp_fake", [check("b1", 1, 1, 0), check("b2", 0, 1, 0).because("too few steps")])
+    fakes("c-scansnap", "attnlab.theory.scansnap.experiments")
+    fakes("d-rope-slow", "attnlab.rope.exp_fake", demo=False)
+    fakes("e-text", "attnlab.train.exp_fake", missing="needs a corpus: --set train=PATH")
+
+
+def _demo(capsys, *argv):
+    code = cli.main(["demo", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_quick_settings_apply_only_without_full(fakes, tmp_path, capsys):
+    _talk(fakes)
+    assert _demo(capsys, "--out", tmp_path / "quick")[0] == 0
+    assert _demo(capsys, "--out", tmp_path / "full", "--full")[0] == 0
+    ran = ["c-scansnap", "b-joma", "e-text", "a-kv"]  # talk order; demo=False is never run
+    assert fakes.seen == [(n, 3) for n in ran] + [(n, 100) for n in ran]
+    for folder, steps in (("quick", 3), ("full", 100)):
+        assert json.loads((tmp_path / folder / "a-kv" / "config.json").read_text())["steps"] == steps
+    cmd = (tmp_path / "quick" / "a-kv" / "report.md").read_text()
+    assert "`attnlab reproduce a-kv --out a-kv --quick`" in cmd
+    assert "--quick" not in (tmp_path / "full" / "a-kv" / "report.md").read_text()
+    assert "full settings" in (tmp_path / "full" / "index.html").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full", "quick"]  # no staging folders left
+
+
+def test_the_page_follows_the_talk(fakes, tmp_path, capsys):
+    _talk(fakes)
+    code, out, err = _demo(capsys, "--out", tmp_path / "d")
+    assert code == 0, err
+    page = Page((tmp_path / "d" / "index.html").read_text())
+    rows = page.table("summary").body()
+    assert [(r.cells[0], r.cells[1]) for r in rows] == [
+        ("c-scansnap", "Scan&Snap"), ("b-joma", "JoMA"), ("a-kv", "KV-cache policies")]
+    assert [r.cells[2:6] for r in rows] == [["1", "0", "0", "0"], ["1", "1", "0", "0"], ["1", "0", "0", "0"]]
+    assert [t for h, t in page.headings if h == "h2"] == ["Scan&Snap", "JoMA", "KV-cache policies"]
+    (failed,) = [r for t in page.tables[1:] for r in t.body() if r.cls == "fails"]
+    assert failed.cells[:2] == ["✗", "b2why it fails: too few steps"]
+    assert page.items == ["e-text (real text): needs a corpus: --set train=PATH"]
+    assert not (tmp_path / "d" / "e-text").exists()
+    assert "- e-text: skipped (needs a corpus: --set train=PATH)" in (tmp_path / "d" / "report.md").read_text()
+    assert {"config.json", "metrics.json", "report.md", "fig.png"} <= {p.name for p in (tmp_path / "d" / "a-kv").iterdir()}
+    assert "<img src='a-kv/fig.png'" in (tmp_path / "d" / "index.html").read_text()
+    assert str(tmp_path / "d" / "index.html") in out
+    assert "[demo] 1/4 c-scansnap (Scan&Snap)" in err and "e-text: skipped" in err
+
+
+@pytest.mark.parametrize("claims,strict_code,line", [
+    ([check("ok", 1, 1, 0), check("bad", 0, 1, 0)], 1, "attnlab demo: 1/2 claims hold, 1 fail in "),
+    (erratum(check("as printed", 0, 1, 0), check("corrected", 1, 1, 0)) + [finding("seen", 0.5)], 0,
+     "attnlab demo: 1/1 claims hold, 1 erratum, 1 finding in "),
+])
+def test_strict_fails_only_on_failing_claims(fakes, tmp_path, capsys, claims, strict_code, line):
+    fakes("x", "attnlab.kv.exp_fake", claims)
+    code, out, _ = _demo(capsys, "--out", tmp_path / "plain")
+    assert code == 0 and out.startswith(line)
+    code, out, err = _demo(capsys, "--out", tmp_path / "strict", "--strict")
+    assert code == strict_code and out.startswith(line)
+    assert ("--strict: 1 claim(s) fail" in err) == (strict_code == 1)
+    assert (tmp_path / "strict" / "index.html").exists()  # the report is written either way
+
+
+def test_bad_device_writes_nothing(tmp_path, capsys):
+    code, _, err = _demo(capsys, "--out", tmp_path / "d", "--device", "gpu")
+    assert code == 2 and err.startswith("attnlab: error:") and "cpu or cuda" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow
+def test_real_demo_path_on_a_fast_experiment(tmp_path, capsys, monkeypatch):
+    """scansnap-fig4 with 5 SGD steps through the real runner and report (about a second once
+    scipy and matplotlib are imported; 2-3 s alone)."""
+    import attnlab.theory.scansnap.experiments  # noqa: F401  registers it without importing every module
+
+    exp = dataclasses.replace(registry.EXPERIMENTS.get("scansnap-fig4"), quick={"sgd.steps": 5})
+    monkeypatch.setattr(registry, "load_all", lambda: {exp.name: exp})
+    code, out, err = _demo(capsys, "--out", tmp_path / "d")
+    assert code == 0, err
+    sub = tmp_path / "d" / "scansnap-fig4"
+    assert json.loads((sub / "config.json").read_text())["sgd"]["steps"] == 5
+    claims = json.loads((sub / "metrics.json").read_text())["claims"]
+    rows = Page((tmp_path / "d" / "index.html").read_text()).table("claims").body()
+    assert [r.cells[0] for r in rows] == ["✓" if c["holds"] else "✗" for c in claims]
+    assert (sub / "fig4.png").read_bytes()[:8] == PNG
+    assert "<img src='scansnap-fig4/fig4.png'" in (tmp_path / "d" / "index.html").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # no staging folders left

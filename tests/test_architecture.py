@@ -1,0 +1,54 @@
+"""The architecture as tests: which modules may touch Hugging Face libraries, and the import contracts."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+HF = {"transformers", "tokenizers", "datasets", "huggingface_hub", "safetensors", "accelerate", "gguf"}
+# The named adapter modules: the only files that import a Hugging Face library.
+ADAPTERS = {
+    "models/arch.py", "models/causal_lm.py", "models/pretrained.py", "models/tokenizer.py", "models/trace.py",
+    "models/cli.py", "kv/cache.py", "evals/passkey.py", "data/hub.py",
+}
+
+
+def hf_imports(path: Path) -> set[str]:
+    """Top-level names of the Hugging Face packages ``path`` imports (anywhere in the file)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found & HF
+
+
+def test_only_adapter_modules_import_hugging_face():
+    offenders = {str(p.relative_to(SRC)): sorted(hf_imports(p)) for p in SRC.rglob("*.py")
+                 if str(p.relative_to(SRC)) not in ADAPTERS and hf_imports(p)}
+    assert offenders == {}, f"import Hugging Face libraries only in the adapter modules {sorted(ADAPTERS)}"
+
+
+def test_the_scanner_sees_an_import(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from transformers.cache_utils import Cache\n    import tokenizers as t\n")
+    assert hf_imports(f) == {"transformers", "tokenizers"}
+
+
+def test_every_module_opens_with_a_docstring():
+    missing = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+               if p.name != "__main__.py" and ast.get_docstring(ast.parse(p.read_text())) is None]
+    assert missing == []
+
+
+@pytest.mark.slow
+def test_import_contracts_hold():
+    """The contracts in pyproject.toml ([tool.importlinter]) hold; `lint-imports` is what CI runs."""
+    pytest.importorskip("importlinter")
+    exe = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(exe) if exe.exists() else "lint-imports", "--no-cache"], cwd=SRC.parents[1],
+                          capture_output=True, text=True)
+    assert "Contracts:" in done.stdout and done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
