@@ -55,6 +55,7 @@ def test_read_lines_file_folder_and_errors(tmp_path):
         read_lines(tmp_path / "sub")
 
 
+@pytest.mark.slow
 def test_importing_attnlab_data_never_loads_the_hub_libraries(tmp_path):
     """Only an hf: spec imports attnlab.data.hub (and with it the datasets library)."""
     (tmp_path / "c.txt").write_text("some text\n")

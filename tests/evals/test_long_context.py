@@ -118,6 +118,7 @@ def folder(tmp_path, monkeypatch):
     return save_hf(tmp_path / "m"), tmp_path / "text.txt"
 
 
+@pytest.mark.slow
 def test_passkey_command_writes_every_cell(folder, tmp_path, capsys):
     import json
 
@@ -222,6 +223,7 @@ def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cm
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_pi_finetune_runs_small_and_saves_its_scaling(tmp_path, monkeypatch):
     """The experiment end to end at toy size: two claims, the curves, and a PI model that reloads
     with linear RoPE scaling in its config."""
@@ -251,6 +253,7 @@ def test_pi_finetune_runs_small_and_saves_its_scaling(tmp_path, monkeypatch):
     assert (out / "pi_finetune.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_rope_experiments_state_their_claims(folder, tmp_path):
     """rope-zero-shot end to end on the tiny model (trained context 64): 4 passkey claims (PI has
     none), the PPL blow-up, 3 bounded curves and PI vs NTK at short range; passkey: its 4."""

@@ -52,6 +52,7 @@ def with_run(monkeypatch, name=None, run_fn=None):
     monkeypatch.setattr(registry, "EXPERIMENTS", patched)
 
 
+@pytest.mark.slow
 def test_help_as_module_subprocess():
     p = subprocess.run([sys.executable, "-m", "attnlab", "--help"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -349,6 +350,7 @@ def test_failed_run_keeps_the_previous_run(fig4_run, capsys):
     assert leftovers(parent) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "exc,code_wanted,fragment",
     [(ConfigError("something the user can fix"), 2, "something the user can fix"), (KeyboardInterrupt(), 130, "interrupted")],
@@ -370,6 +372,7 @@ def test_error_during_the_run_keeps_the_previous_run(exc, code_wanted, fragment,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no .partial / .old folders
 
 
+@pytest.mark.slow
 def test_rerun_replaces_a_previous_run(tmp_path, capsys):
     out_dir = tmp_path / "run"
     assert run(["reproduce", "scansnap-fig4", "--out", out_dir, "--set", "sgd.steps=2"], capsys)[0] == 0
@@ -437,6 +440,7 @@ def test_failed_run_removes_the_parent_folders_it_made(tmp_path, capsys, monkeyp
 
 
 # --------------------------------------------------------------------------- bad input at the end of a run
+@pytest.mark.slow
 def test_out_that_cannot_be_replaced_keeps_the_finished_run_and_says_where(tmp_path, capsys, monkeypatch):
     """--out a read-only mount point: the run finishes, the final rename fails (simulated: we run as root)."""
     def refuse(build, target):

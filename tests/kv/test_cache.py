@@ -264,7 +264,7 @@ def test_the_cache_binds_only_its_own_model_and_only_inside_its_context(tiny_mod
     """The attention function reaches its cache through the attention modules the context binds,
     and its layer by their layer_idx: a forward without the cache inside the context is a plain
     forward, a second model streams through its own cache at the same time, and exit unbinds."""
-    from attnlab.kv import cache as kv_cache
+    from attnlab.kv import attention
 
     llama, neox = tiny_models["llama"], tiny_models["gpt_neox"]
     with torch.no_grad():
@@ -276,5 +276,5 @@ def test_the_cache_binds_only_its_own_model_and_only_inside_its_context(tiny_mod
             out2 = torch.cat([neox(tokens[:, t:t + 1], past_key_values=c2).logits for t in range(T)], 1)
     torch.testing.assert_close(out1, plain, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out2, ref_neox, atol=1e-5, rtol=1e-5)
-    assert len(kv_cache._BOUND) == 0
+    assert len(attention.BOUND) == 0
     assert llama.config._attn_implementation == neox.config._attn_implementation == "sdpa"

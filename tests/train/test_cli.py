@@ -25,6 +25,7 @@ def _lines(out):
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_train_writes_a_run_and_extends_it(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     assert _train(corpus, out, "--steps", "4") == 0
@@ -74,6 +75,7 @@ def test_missing_or_empty_corpus(tmp_path, capsys, monkeypatch):
     assert cli.main(["train", "--train", "empty.txt", "--out", "r", "--resume"]) == 2
 
 
+@pytest.mark.slow
 def test_holdout_validates_on_the_tail(tmp_path, capsys):
     lines = [f"line {i} the cat sat on the mat ." for i in range(400)]
     (tmp_path / "c.txt").write_text("\n".join(lines))
@@ -137,6 +139,7 @@ def test_resume_from_a_damaged_checkpoint(corpus, tmp_path, capsys, damage):
     assert _files(out) == before
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill_mid_append(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     assert _train(corpus, out, "--steps", "4") == 0

@@ -13,6 +13,7 @@ def _corpus(tmp_path):
     return [f"train={tmp_path / 'train.txt'}", f"valid={tmp_path / 'valid.txt'}"]
 
 
+@pytest.mark.slow
 def test_fig7_runs_on_a_tiny_corpus(tmp_path, capsys):
     sets = _corpus(tmp_path) + ["layers=1,2", "steps=6", "snapshot_steps=0,3,6", "track_every=3", "eval_batches=2"]
     argv = ["reproduce", "scansnap-fig7", "--out", str(tmp_path / "run")]
@@ -63,6 +64,7 @@ def test_demo_skips_a_real_text_experiment_without_its_corpus(tmp_path, capsys, 
     assert not (tmp_path / "demo" / "scansnap-fig7").exists()
 
 
+@pytest.mark.slow
 def test_joma_wikitext_runs_on_a_tiny_corpus(tmp_path):
     argv = ["reproduce", "joma-wikitext", "--out", str(tmp_path / "run")]
     for s in _corpus(tmp_path) + ["layers=1,2", "steps=8", "track_every=2", "eval_every=4", "eval_batches=2"]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -88,13 +89,15 @@ def experiment_modules() -> list[str]:
 
 
 def _talk_key(exp: Experiment) -> tuple:
-    """Parts in the talk's order (unlisted ones after, by name); in a part, a package's
-    ``experiments`` module before its ``exp_*`` modules, those by name; in a module, registration order."""
+    """Parts in the talk's order (unlisted ones after, by name); in a part, modules by their
+    ``TALK_ORDER`` (a module constant, default 0), then a package's ``experiments`` module before its
+    ``exp_*`` modules, those by name; in a module, registration order."""
     rank = [p for _, p in PARTS]
     part = (rank.index(exp.part), "") if exp.part in rank else (len(rank), exp.part)
     module = exp.run.__module__
     package, _, last = module.rpartition(".")
-    return part, package, last != "experiments", last, exp.order
+    talk_order = getattr(sys.modules.get(module), "TALK_ORDER", 0)
+    return part, package, talk_order, last != "experiments", last, exp.order
 
 
 def load_all() -> dict[str, Experiment]:

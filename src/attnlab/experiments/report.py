@@ -82,12 +82,14 @@ def experiment_report(exp: "Experiment", result: "Result", config: dict, seconds
         exp.summary,
         "",
         f"Command: `{command}`  ",
-        f"Wall time: {seconds:.1f} s. {describe(tally(result.claims))}.",
+        f"Wall time: {seconds:.1f} s." + (f" {describe(tally(result.claims))}." if result.claims else
+                                          " A measurement run: no claims (the numbers are in metrics.json)."),
         "",
     ]
     if result.summary:
         parts += [result.summary, ""]
-    parts += ["## Claims", "", claims_markdown(result.claims), ""]
+    if result.claims:
+        parts += ["## Claims", "", claims_markdown(result.claims), ""]
     if result.figures:
         parts += ["## Figures", ""]
         for name, caption in result.figures.items():

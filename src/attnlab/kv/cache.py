@@ -4,10 +4,11 @@
   as (B, H_kv, S, D) tensors that really shrink; before appending a step's new tokens it evicts
   down to the policy's budget (the slots of lowest priority, per KV head). In steady decoding
   (one token in, one out) the new token is written *into the evicted slot*: no copy of the cache.
-- The attention-function registry: ``attnlab_kv`` attends over the stored slots with its own mask
-  (stored slots are unordered after eviction, so the model's positional mask cannot describe
-  them) and, for H2O, hands the layer the post-softmax attention each slot receives. It finds
-  its layer as transformers' own cache does, by the attention module's ``layer_idx``.
+- The attention-function registry: ``attnlab_kv`` (in :mod:`attnlab.kv.attention`) attends over
+  the stored slots with its own mask (stored slots are unordered after eviction, so the model's
+  positional mask cannot describe them) and, for H2O, hands the layer the post-softmax attention
+  each slot receives. It finds its layer as transformers' own cache does, by the attention
+  module's ``layer_idx``.
 
 A layer owns its state: only its update methods write it (``update`` stores the step's tokens;
 ``update_padding`` and ``update_scores`` take what only the attention step sees: which new tokens
@@ -29,24 +30,16 @@ to this cache, and undoes both on exit. Pinned to transformers 5.23.
 """
 from __future__ import annotations
 
-import weakref
-
 import torch
-import torch.nn.functional as F
-from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnlab.core.errors import UsageError
+from attnlab.kv.attention import ATTN_NAME, BOUND, register as register_attention
 from attnlab.kv.policies import KVPolicy, SlotState
 from attnlab.models import arch
 from attnlab.models.rotary import RopeSpec, is_dynamic
 
-ATTN_NAME = "attnlab_kv"
 POSITIONS = ("original", "rolling")
-# attention module -> the PolicyCache whose context binds it (the attention function's only way to its cache)
-_BOUND: "weakref.WeakKeyDictionary[torch.nn.Module, PolicyCache]" = weakref.WeakKeyDictionary()
 
 
 class PolicyLayer(CacheLayerMixin):
@@ -210,53 +203,6 @@ class PolicyLayer(CacheLayerMixin):
         return (self.valid[:, :, None, :] & (step[:, :, None, :] <= j)) | own
 
 
-def _real_new_tokens(hf_mask: torch.Tensor | None, stored_before: int, q: int) -> torch.Tensor | None:
-    """(B, q) bool: new token j is real iff the model's mask (B, 1, q, S) lets it see itself (column
-    ``stored_before + j``, see get_mask_sizes); None without a mask (no padding)."""
-    if hf_mask is None:
-        return None
-    j = torch.arange(q, device=hf_mask.device)
-    real = hf_mask[:, 0, j, stored_before + j]  # (B, q)
-    return real if real.dtype == torch.bool else real == 0
-
-
-def policy_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """Attention over a PolicyLayer's slots; query (B, Hq, q, D), key/value (B, Hkv, S, D)."""
-    cache = _BOUND.get(module)
-    layer = cache.layers[module.layer_idx] if cache is not None else None
-    if layer is None or key is not layer.keys:  # not this cache's keys (a plain DynamicCache, none): plain SDPA
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
-    b, hq, q, d = query.shape
-    hkv, s = key.shape[1], key.shape[2]
-    g = hq // hkv  # query heads per KV head
-    real = _real_new_tokens(attention_mask, layer.stored_before, q)
-    if real is not None:
-        layer.update_padding(real)
-    mask = layer.visible()  # (B, Hkv, q, S) or None
-    if layer.score is not None:  # H2O: materialise the probabilities it scores on
-        # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
-        # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
-        qg = query.reshape(b, hkv, g * q, d)
-        logits = (qg @ key.transpose(-1, -2)) * scaling  # (B, Hkv, g*q, S)
-        if mask is not None:
-            logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
-        probs = logits.float().softmax(-1)
-        layer.update_scores(probs.sum(dim=2))  # column sums over the group's heads and this step's queries
-        out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
-    else:
-        full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=full_mask, scale=scaling,
-                                             enable_gqa=g > 1)
-    return out.transpose(1, 2).contiguous(), None
-
-
-def _register() -> None:
-    if ATTN_NAME not in AttentionInterface._global_mapping:
-        AttentionInterface.register(ATTN_NAME, policy_attention)
-        AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
-
-
 def _rolling_rope(model: torch.nn.Module) -> RopeSpec:
     """The rotation rolling positions re-rotate kept keys with; refused where there is none to use."""
     if arch.position_kind(model) == arch.LEARNED:
@@ -287,12 +233,12 @@ class PolicyCache(Cache):
         self._saved_bound: list = []
 
     def __enter__(self) -> "PolicyCache":
-        _register()
+        register_attention()
         self._saved_impl = self.model.config._attn_implementation
         self._bound = [arch.attention(self.model, i).module for i in range(len(self.layers))]
-        self._saved_bound = [_BOUND.get(m) for m in self._bound]  # an enclosing cache's, restored on exit
+        self._saved_bound = [BOUND.get(m) for m in self._bound]  # an enclosing cache's, restored on exit
         for m in self._bound:
-            _BOUND[m] = self
+            BOUND[m] = self
         self.model.set_attn_implementation(ATTN_NAME)
         return self
 
@@ -300,9 +246,9 @@ class PolicyCache(Cache):
         self.model.set_attn_implementation(self._saved_impl)
         for m, prev in zip(self._bound, self._saved_bound):
             if prev is None:
-                del _BOUND[m]
+                del BOUND[m]
             else:
-                _BOUND[m] = prev
+                BOUND[m] = prev
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         return self.layers[layer_idx].update(key_states, value_states)

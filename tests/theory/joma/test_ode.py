@@ -76,6 +76,7 @@ def test_blowup_detected_without_cap_by_step_collapse():
     assert tr.t_blowup == pytest.approx(math.sqrt(math.pi / 2) / 0.9, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_nonlinear_converges_at_theorem4_rates():
     mu = np.stack([draw_mu(s, 6, 1.0, 4.0).double().numpy() for s in range(2)])  # (2, 6)
     tr = integrate_nonlinear(mu, 0.05, 30.0, rtol=1e-12, atol=1e-14)

@@ -162,6 +162,7 @@ def short_flow():
     return dist, Y0, Z0, t, sol
 
 
+@pytest.mark.slow
 def test_integrator_matches_fine_euler(short_flow):
     dist, Y0, Z0, t, sol = short_flow
     assert np.allclose(sol.t, t)

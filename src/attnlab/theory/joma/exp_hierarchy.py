@@ -37,6 +37,9 @@ from attnlab.theory.joma.transformer import PostLNTransformer, TransformerConfig
 Z_MAX = 5.0  # largest |z| allowed for one pair: ~1000 pairs, P(|N(0,1)| > 5) ≈ 6e-7 each
 
 
+TALK_ORDER = 3  # the JoMA part of the talk: then the latent hierarchy of Theorem 5
+
+
 # --------------------------------------------------------------------------- co-occurrence
 @dataclass(frozen=True)
 class CooccurrenceConfig:

@@ -18,6 +18,9 @@ from attnlab.theory.joma.invariants import cooccurrence_tables, exact_invariant_
 from attnlab.theory.joma.model import make_embedding
 
 
+TALK_ORDER = 1  # the JoMA part of the talk: Theorem 1 first
+
+
 @dataclass(frozen=True)
 class InvariantsConfig:
     # the authors' verification setup (joma/draw_figure_2_3.py)

@@ -25,6 +25,9 @@ from attnlab.theory.joma import plots
 from attnlab.theory.joma.ode_checks import AUTHORS, PUBLISHED, authors_run, draw_delta, draw_mu, linear_draw, nonlinear_rates
 
 
+TALK_ORDER = 2  # the JoMA part of the talk: then the ODEs of Theorems 2-4
+
+
 # --------------------------------------------------------------------------- joma-linear
 @dataclass(frozen=True)
 class LinearConfig:

@@ -1,0 +1,72 @@
+"""The attention function ``attnlab_kv``: attention over an evicting cache layer's stored slots, with its own mask.
+
+Registered with transformers' attention-function registry (and ``sdpa_mask`` with its mask
+registry) by :func:`register`, which :class:`attnlab.kv.cache.PolicyCache` calls on entering its
+context. Stored slots are unordered after eviction, so the model's positional mask cannot describe
+them: the layer's own ``visible()`` mask does. For H2O it hands the layer the post-softmax attention
+each slot receives. It finds its cache through the attention module (bound by the cache's context
+in :data:`BOUND`) and its layer as transformers' own cache does, by the module's ``layer_idx``; a
+call without a bound cache (a plain DynamicCache, or none) is plain SDPA. Pinned to transformers 5.23.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+ATTN_NAME = "attnlab_kv"
+# attention module -> the PolicyCache whose context binds it (the attention function's only way to its cache)
+BOUND: "weakref.WeakKeyDictionary[torch.nn.Module, Cache]" = weakref.WeakKeyDictionary()
+
+
+def _real_new_tokens(hf_mask: torch.Tensor | None, stored_before: int, q: int) -> torch.Tensor | None:
+    """(B, q) bool: new token j is real iff the model's mask (B, 1, q, S) lets it see itself (column
+    ``stored_before + j``, see PolicyLayer.get_mask_sizes); None without a mask (no padding)."""
+    if hf_mask is None:
+        return None
+    j = torch.arange(q, device=hf_mask.device)
+    real = hf_mask[:, 0, j, stored_before + j]  # (B, q)
+    return real if real.dtype == torch.bool else real == 0
+
+
+def policy_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Attention over a PolicyLayer's slots; query (B, Hq, q, D), key/value (B, Hkv, S, D)."""
+    cache = BOUND.get(module)
+    layer = cache.layers[module.layer_idx] if cache is not None else None
+    if layer is None or key is not layer.keys:  # not this cache's keys (a plain DynamicCache, none): plain SDPA
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    b, hq, q, d = query.shape
+    hkv, s = key.shape[1], key.shape[2]
+    g = hq // hkv  # query heads per KV head
+    real = _real_new_tokens(attention_mask, layer.stored_before, q)
+    if real is not None:
+        layer.update_padding(real)
+    mask = layer.visible()  # (B, Hkv, q, S) or None
+    if layer.score is not None:  # H2O: materialise the probabilities it scores on
+        # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
+        # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
+        qg = query.reshape(b, hkv, g * q, d)
+        logits = (qg @ key.transpose(-1, -2)) * scaling  # (B, Hkv, g*q, S)
+        if mask is not None:
+            logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
+        probs = logits.float().softmax(-1)
+        layer.update_scores(probs.sum(dim=2))  # column sums over the group's heads and this step's queries
+        out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
+    else:
+        full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=full_mask, scale=scaling,
+                                             enable_gqa=g > 1)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> None:
+    """Make ``attnlab_kv`` a name ``set_attn_implementation`` accepts (idempotent)."""
+    if ATTN_NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTN_NAME, policy_attention)
+        AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
