@@ -99,3 +99,9 @@ def test_unknown_family_and_bad_index_are_one_clear_error(models):
         arch.attention(models["llama"], 2)
     with pytest.raises(UsageError, match="out of range"):
         arch.mlp(models["opt"], -1)
+
+
+def test_a_gated_mlp_reports_the_activation_its_config_names():
+    assert arch.mlp(tiny("llama"), 0).act == arch.GATED_SILU
+    assert arch.mlp(tiny("llama", hidden_act="relu"), 0).act == arch.GATED_RELU
+    assert arch.mlp(tiny("gpt2"), 0).act == arch.GELU  # not gated: the row's kind

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnlab import cli
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import ConfigError, UsageError
 from attnlab.models.causal_lm import CausalLM, LlamaLMConfig, build_llama, load_causal_lm
 from attnlab.data.hub import hub_lines, parse_spec
 from attnlab.models.tokenizer import load_tokenizer, make_tokenizer, train_bpe, word_tokenizer
@@ -217,6 +217,75 @@ def test_load_causal_lm_round_trip(tmp_path):
     assert isinstance(again, CausalLM) and again.cfg == model.cfg
     x = torch.randint(0, 60, (1, 7))
     torch.testing.assert_close(again.eval()(x)[0], model.eval()(x)[0])
+
+
+def test_act_defaults_to_silu_and_unknown_names_are_refused():
+    assert LlamaLMConfig(60).to_hf().to_dict() == LlamaLMConfig(60, act="silu").to_hf().to_dict()
+    assert LlamaLMConfig(60).to_hf().hidden_act == "silu"  # SwiGLU, as before --act existed
+    assert LlamaLMConfig(60, act="relu").to_hf().hidden_act == "relu"
+    with pytest.raises(ConfigError, match="act='swiglu'"):
+        LlamaLMConfig(60, act="swiglu")
+
+
+def _mlp_io(model, x):
+    """[(gate(h), act(gate(h)))] per layer, each (B, T, d_ffn), during one forward of x (B, T)."""
+    seen = {}
+    hooks = [m.register_forward_hook(lambda mod, inp, out, key=(i, part): seen.__setitem__(key, out))
+             for i, layer in enumerate(model.hf.model.layers)
+             for part, m in enumerate((layer.mlp.gate_proj, layer.mlp.act_fn))]
+    try:
+        with torch.no_grad():
+            model(x, attentions=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [(seen[i, 0], seen[i, 1]) for i in range(len(model.hf.model.layers))]
+
+
+def test_relu_gate_is_exactly_zero_where_the_gate_is_negative():
+    """act(gate(h)) of a ReLU Llama is 0.0 exactly wherever gate(h) <= 0. At init gate's weights are
+    N(0, 0.02), symmetric about 0, so gate(h) is negative for about half the entries (> 0.3 holds with
+    a wide margin); SiLU, the same weights otherwise, leaves no exact zero."""
+    x = torch.randint(0, 60, (4, 16))
+    relu, silu = _llama(act="relu").eval(), _llama().eval()
+    for gate, act in _mlp_io(relu, x):
+        assert torch.equal(act == 0, gate <= 0)
+        assert (act == 0).float().mean() > 0.3
+    for gate, act in _mlp_io(silu, x):
+        assert (act != 0).all()
+
+
+def test_a_relu_llama_reloads_as_relu_with_identical_logits(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = _llama(act="relu").eval()
+    model.save_pretrained(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["hidden_act"] == "relu"
+    x = torch.randint(0, 60, (2, 9))
+    for again in (load_causal_lm(tmp_path / "m").hf, AutoModelForCausalLM.from_pretrained(str(tmp_path / "m"))):
+        assert again.config.hidden_act == "relu"
+        assert torch.equal(again.eval()(input_ids=x).logits, model(x, attentions=False)[0])
+
+
+@pytest.mark.slow
+def test_attnlab_train_act_relu_saves_a_relu_checkpoint(corpus, tmp_path, monkeypatch, capsys):
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    assert _train_llama(corpus, out, "--act", "relu", "--steps", "4", "--checkpoint-every", "4",
+                        "--track-every", "2", "--eval-every", "4", "--snapshot-steps", "0") == 0
+    assert json.loads((out / "config.json").read_text())["act"] == "relu"
+    hf = AutoModelForCausalLM.from_pretrained(str(out / "model")).eval()
+    assert hf.config.hidden_act == "relu"
+    trained = _llama(vocab_size=300, d_ffn=48, max_len=24, act="relu").eval()
+    trained.load_state_dict(torch.load(out / "checkpoint.pt", weights_only=False)["model"])
+    x = torch.randint(0, 300, (2, 12))
+    assert torch.equal(hf(input_ids=x).logits, trained(x, attentions=False)[0])
+    assert all((act == 0).float().mean() > 0.3 for _, act in _mlp_io(trained, x))
+    capsys.readouterr()
+    assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "All:", "--max-new-tokens", "4"]) == 0
+    assert capsys.readouterr().out.startswith("All:")
 
 
 def test_hub_specs_and_the_offline_message(monkeypatch):

@@ -149,3 +149,36 @@ def test_resume_after_a_kill_mid_append(corpus, tmp_path, capsys):
     assert "dropped a torn last line" in capsys.readouterr().err
     assert _train(corpus, tmp_path / "straight", "--steps", "8") == 0
     assert _lines(out) == _lines(tmp_path / "straight")
+
+
+def test_act_is_refused_where_it_shapes_nothing(corpus, tmp_path, capsys, no_tokenizer):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "config.json").write_text('{"model_type": "llama", "hidden_act": "silu"}')
+    for extra, fragment in [
+        ([], "--act apply to --model llama only (add --model llama or leave them out; the tutorial's feed-forward "
+             "is always an ungated ReLU)"),
+        (["--model", str(tmp_path / "folder")], "--act shape a new model"),
+        (["--model", "llama", "--act", "swish"], "invalid choice: 'swish'"),
+    ]:
+        assert _train(corpus, tmp_path / "r", "--act", "relu", *extra, "--steps", "2") == 2, extra
+        _assert_one_line(capsys, fragment)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_changed_act(corpus, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    llama = ["--model", "llama", "--vocab-size", "300", "--layers", "1"]
+    assert _train(corpus, out, *llama, "--act", "relu", "--steps", "2") == 0
+    assert json.loads((out / "config.json").read_text())["act"] == "relu"
+    assert json.loads((out / "model" / "config.json").read_text())["hidden_act"] == "relu"
+    capsys.readouterr()
+    before = _files(out)
+    for act, fragment in [(["--act", "gelu"], "--act 'relu' then, 'gelu' now"),
+                          ([], "--act 'relu' then, None now")]:  # leaving it out means silu: also a change
+        assert _train(corpus, out, *llama, *act, "--steps", "4", "--resume") == 2
+        _assert_one_line(capsys, fragment)
+        assert _files(out) == before
+    assert _train(corpus, out, *llama, "--act", "relu", "--steps", "4", "--resume") == 0
+    assert _lines(out)[-1]["step"] == 4

@@ -27,6 +27,7 @@ PARTS = (
     ("attnlab.train", "real text"),
     ("attnlab.kv", "KV-cache policies"),
     ("attnlab.rope", "RoPE scaling"),
+    ("attnlab.sparsity", "contextual sparsity"),
 )
 
 

@@ -26,8 +26,8 @@ from transformers.pytorch_utils import Conv1D
 
 from attnlab.core.errors import UsageError
 
-# MLP activation kinds
-GATED_SILU, GELU, RELU = "gated-silu", "gelu", "relu"
+# MLP activation kinds; a gated family's kind is "gated-" + its config's hidden_act (a ReLU Llama: gated-relu)
+GATED_SILU, GATED_RELU, GELU, RELU = "gated-silu", "gated-relu", "gelu", "relu"
 # position kinds: RoPE on every head dimension, RoPE on the first part of each head, learned absolute
 ROPE, PARTIAL_ROPE, LEARNED = "rope", "partial-rope", "learned"
 
@@ -169,8 +169,14 @@ def attention(model: nn.Module, i: int) -> Attention:
 
 def mlp(model: nn.Module, i: int) -> MLP:
     a, block = arch_of(model), layer(model, i)
-    return MLP(_get(block, a.mlp), _get(block, a.mlp_in), _get(block, a.mlp_gate), _get(block, a.mlp_out), a.act,
-               _get(block, a.act_fn))
+    return MLP(_get(block, a.mlp), _get(block, a.mlp_in), _get(block, a.mlp_gate), _get(block, a.mlp_out),
+               _act_kind(model, a), _get(block, a.act_fn))
+
+
+def _act_kind(model: nn.Module, a: Arch) -> str:
+    """The row's activation kind, read from the config for gated MLPs (``attnlab train --act relu``)."""
+    hidden_act = getattr(model.config, "hidden_act", None)
+    return f"gated-{hidden_act}" if a.mlp_gate is not None and isinstance(hidden_act, str) else a.act
 
 
 def norms(model: nn.Module, i: int) -> Norms:

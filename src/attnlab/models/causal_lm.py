@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers.activations import ACT2FN
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
@@ -28,7 +29,11 @@ hf_logging.disable_progress_bar()  # a "Loading weights" bar on every from_pretr
 
 @dataclass(frozen=True)
 class LlamaLMConfig:
-    """A small Llama: pre-RMSNorm blocks, RoPE, SwiGLU MLP, grouped-query attention (as SmolLM2)."""
+    """A small Llama: pre-RMSNorm blocks, RoPE, gated MLP, grouped-query attention (as SmolLM2).
+
+    The MLP is down(act(gate(x)) * up(x)); ``act`` is transformers' ``hidden_act``: "silu" (SwiGLU,
+    SmolLM2's), "relu" (exact zeros wherever gate(x) < 0: the naturally sparse setting of Deja Vu's
+    OPT models) or "gelu" (GeGLU)."""
 
     vocab_size: int
     d_model: int = 256
@@ -41,6 +46,7 @@ class LlamaLMConfig:
     dropout: float = 0.0  # on attention probabilities (Llama has no other dropout)
     tie_embeddings: bool = True
     eos_id: int | None = None
+    act: str = "silu"
 
     def __post_init__(self):
         if min(self.vocab_size, self.d_model, self.n_layers, self.n_heads, self.n_kv_heads, self.d_ffn,
@@ -53,12 +59,14 @@ class LlamaLMConfig:
             raise ConfigError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
         if not 0.0 <= self.dropout < 1.0 or not self.rope_theta > 0:
             raise ConfigError(f"dropout={self.dropout}, rope_theta={self.rope_theta}: need 0 <= dropout < 1, theta > 0")
+        if self.act not in ACT2FN:
+            raise ConfigError(f"act={self.act!r} is not a transformers activation: use silu, relu or gelu")
 
     def to_hf(self) -> LlamaConfig:
         return LlamaConfig(
             vocab_size=self.vocab_size, hidden_size=self.d_model, intermediate_size=self.d_ffn,
             num_hidden_layers=self.n_layers, num_attention_heads=self.n_heads, num_key_value_heads=self.n_kv_heads,
-            max_position_embeddings=self.max_len, attention_dropout=self.dropout,
+            max_position_embeddings=self.max_len, attention_dropout=self.dropout, hidden_act=self.act,
             tie_word_embeddings=self.tie_embeddings, bos_token_id=self.eos_id, eos_token_id=self.eos_id,
             rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
 

@@ -1,9 +1,11 @@
 """``attnlab train``: the tracking trainer on your own corpus, into a run folder.
 
 Models: the PyTorch tutorial transformer (post-LN, the Scan&Snap/JoMA authors' model), a
-Llama-style decoder built from a transformers ``LlamaConfig``, or any local Hugging Face causal-LM
-folder (fine-tuning it). Tokenizers: the word-level ``basic_english`` scheme, a byte-level BPE
-trained on the training text (cached), or any saved tokenizer folder.
+Llama-style decoder built from a transformers ``LlamaConfig`` (gated MLP down(act(gate(x))·up(x)):
+``--act silu`` is SwiGLU as in SmolLM2, ``--act relu`` gives exact zeros, the naturally sparse
+control for contextual-sparsity studies), or any local Hugging Face causal-LM folder (fine-tuning
+it). Tokenizers: the word-level ``basic_english`` scheme, a byte-level BPE trained on the training
+text (cached), or any saved tokenizer folder.
 
 The folder gets config.json, tokenizer/ (a Hugging Face tokenizer folder), metrics.jsonl (one
 line per tracked step), checkpoint.pt, training.png (entropy per layer, losses, attention maps)
@@ -23,11 +25,13 @@ from attnlab.core.errors import UsageError
 
 GROUP = "training"
 
-MODEL_DEFAULTS = {  # --layers, --heads, --d-model, --d-ffn, --dropout when not given
+MODEL_DEFAULTS = {  # --layers, --heads, --d-model, --d-ffn, --dropout, --act when not given
     "tutorial": {"layers": 1, "heads": 1, "d_model": 200, "d_ffn": 200, "dropout": 0.2},
-    "llama": {"layers": 4, "heads": 4, "d_model": 256, "d_ffn": 768, "dropout": 0.0},
+    "llama": {"layers": 4, "heads": 4, "d_model": 256, "d_ffn": 768, "dropout": 0.0, "act": "silu"},
 }
-ARCH_FLAGS = ("layers", "heads", "kv_heads", "d_model", "d_ffn", "dropout", "max_len", "rope_theta")
+ARCH_FLAGS = ("layers", "heads", "kv_heads", "d_model", "d_ffn", "dropout", "max_len", "rope_theta", "act")
+LLAMA_ONLY = ("kv_heads", "max_len", "rope_theta", "act")
+ACTS = ("silu", "relu", "gelu")  # the MLP gate's activation (transformers' hidden_act names)
 RESUME_FREE = ("steps", "resume", "device", "out")  # may differ when a run is resumed or extended
 NOT_SETTINGS = ("func", "argv")  # put on args by attnlab.cli: how it was called, not what the run is
 
@@ -44,6 +48,8 @@ def add_commands(sub) -> None:
         "  attnlab train --train my.txt --out runs/lm1 --group-lr 'layers.0.linear*=10' --resume\n"
         "  attnlab train --model llama --train tinyshakespeare/input.txt --out runs/llama --optimizer adam \\\n"
         "      --lr 1e-3 --batching random --bptt 256 --batch-size 8 --steps 1000   # -> runs/llama/model/\n"
+        "  attnlab train --model llama --act relu --train tinyshakespeare/input.txt --out runs/llama-relu \\\n"
+        "      --optimizer adam --lr 1e-3 --batching random --bptt 256 --batch-size 8 --steps 1000   # ReLU-gated MLP\n"
         "  attnlab train --model runs/llama/model --train kjv/kjv.txt --out runs/llama-kjv --optimizer adam --lr 3e-4\n"
         "Corpus names like wikitext-2/valid.txt are looked up under $ATTNLAB_DATA, ./data and ../shared/data;\n"
         "hf:OWNER/NAME/CONFIG:SPLIT reads a Hugging Face dataset when the network allows.",
@@ -71,6 +77,9 @@ def add_commands(sub) -> None:
     m.add_argument("--dropout", type=float, help="dropout (default: 0.2 tutorial, 0 llama: attention only)")
     m.add_argument("--max-len", type=int, help="llama: max_position_embeddings (default: --bptt)")
     m.add_argument("--rope-theta", type=float, help="llama: RoPE base (default 10000)")
+    m.add_argument("--act", choices=ACTS,
+                   help="llama: the MLP gate's activation in down(act(gate(x))*up(x)): silu (SwiGLU), relu (exact "
+                        "zeros where gate(x) < 0: a naturally sparse model) or gelu (default silu)")
     t = p.add_argument_group("training")
     t.add_argument("--optimizer", default="sgd", help="sgd or adam (default sgd)")
     t.add_argument("--lr", type=float, default=5.0)
@@ -138,9 +147,10 @@ def _check_model_args(args) -> None:
     """--model and the architecture flags agree, before anything is read or built."""
     flag = lambda k: f"--{k.replace('_', '-')}"  # noqa: E731
     if args.model in MODEL_DEFAULTS:
-        if args.model == "tutorial" and (extra := [flag(k) for k in ("kv_heads", "max_len", "rope_theta")
-                                                   if getattr(args, k) is not None]):
-            raise UsageError(f"{', '.join(extra)} apply to --model llama only")
+        if args.model == "tutorial" and (extra := [flag(k) for k in LLAMA_ONLY if getattr(args, k) is not None]):
+            why = "; the tutorial's feed-forward is always an ungated ReLU" if args.act is not None else ""
+            raise UsageError(f"{', '.join(extra)} apply to --model llama only (add --model llama or leave them "
+                             f"out{why})")
         return
     if not (Path(args.model).expanduser() / "config.json").is_file():
         raise UsageError(f"--model {args.model}: use tutorial, llama or a Hugging Face model folder (one with "
@@ -166,7 +176,7 @@ def _build_model(args, vocab_size: int):
     return build_llama(LlamaLMConfig(
         vocab_size, arch["d_model"], arch["layers"], heads,
         arch["kv_heads"] or (heads // 2 if heads % 2 == 0 else heads), arch["d_ffn"], arch["max_len"] or args.bptt,
-        arch["rope_theta"] or 10000.0, arch["dropout"]))
+        arch["rope_theta"] or 10000.0, arch["dropout"], act=arch["act"]))
 
 
 def _train_config(args):
