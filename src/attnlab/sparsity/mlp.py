@@ -6,7 +6,8 @@
 Modes. "mask": the MLP is computed densely through its own modules (so ``Trace`` sees it: ``mlp.post``
 is the masked h) and the rule's dropped units are zeroed; at keep 1 the logits are bit-identical.
 "gather": only the kept neurons are computed: rows of W_gate/W_up and columns of W_down, the latter
-read as contiguous rows of a transposed copy made once on enter (PowerInfer's layout); TEAL's kept
+read as contiguous rows of a transposed copy made once on enter (PowerInfer's layout; for one row they
+are summed in place, no copy: ``gather.rows_matmul``); TEAL's kept
 input channels likewise from transposed copies of W_gate/W_up. Equal to "mask" up to summation order.
 "cached": as "gather", but the kept rows live in a per-layer active-set cache (``gather.ActiveSet``) that
 each step overwrites only the slots of the neurons leaving the set with those entering it (a static set
@@ -22,67 +23,18 @@ Composes with PolicyCache and ScaledRope by nesting ``with`` blocks (they touch 
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
 from attnlab.sparsity.gather import ActiveSet, input_sparse, rows_linear, rows_matmul, union
+from attnlab.sparsity.record import SparsityRecord  # noqa: F401  (re-exported: callers import it from here)
 from attnlab.sparsity.rules import NEEDS, Rule
 
 MODES = ("mask", "gather", "cached")
-
-
-class SparsityRecord:
-    """What sparse forwards kept, per kind of unit (``what``: "h" neurons, "x" input channels, "heads")
-    and layer, summed over every token seen: the kept fraction (units kept / units seen) and the
-    magnitude mass captured (sum |v| kept / sum |v|, where v is |h|, |x| or a head's output norm)."""
-
-    def __init__(self):
-        self._sums: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-
-    def add(self, what: str, layer: int, mask: torch.Tensor, values: torch.Tensor | None = None) -> None:
-        """mask bool, broadcastable to values (..., n); values None: the mass is not known (gather mode)."""
-        if values is not None:
-            mask = mask.expand(values.shape)
-        s = self._sums[(what, layer)]
-        s[0] += float(mask.sum())
-        s[1] += mask.numel()
-        if values is not None:
-            a = values.detach().abs().float()  # (..., n)
-            s[2] += float((a * mask).sum())
-            s[3] += float(a.sum())
-
-    def layers(self, what: str = "h") -> list[int]:
-        return sorted(i for w, i in self._sums if w == what)
-
-    def _total(self, layer: int | None, what: str) -> list[float]:
-        rows = [s for (w, i), s in self._sums.items() if w == what and layer in (None, i)]
-        if not rows:
-            raise KeyError(f"nothing recorded for {what!r} at layer {layer} (recorded: {sorted(self._sums)})")
-        return [sum(col) for col in zip(*rows)]
-
-    def kept_fraction(self, layer: int | None = None, what: str = "h") -> float:
-        """Units kept / units seen, at one layer or (None) over all."""
-        kept, seen, _, _ = self._total(layer, what)
-        return kept / seen
-
-    def mass(self, layer: int | None = None, what: str = "h") -> float:
-        """sum |v| kept / sum |v| (NaN where no values were recorded)."""
-        _, _, kept, total = self._total(layer, what)
-        return kept / total if total > 0 else float("nan")
-
-    def as_dict(self) -> dict[str, dict[str, dict[str, float]]]:
-        """{what: {layer: {"kept": fraction, "mass": share}}} (JSON-ready; layer keys are strings)."""
-        return {w: {str(i): {"kept": self.kept_fraction(i, w), "mass": self.mass(i, w)} for i in self.layers(w)}
-                for w in sorted({w for w, _ in self._sums})}
-
-    def clear(self) -> None:
-        self._sums.clear()
 
 
 def layer_list(model: nn.Module, layers: Iterable[int] | None) -> list[int]:
@@ -202,7 +154,7 @@ class _Layer:
         """As ``_front_gather`` for a neuron rule, the union's rows read from the active-set cache."""
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # (N, d)
-        mask, h = self._neuron_mask(x)  # (N, d_ff)
+        mask, _ = self._neuron_mask(x)  # (N, d_ff)
         if self.rule.needs != "static" or self.cache.steps == 0:  # a static set is loaded once
             self.cache.update(mask.any(0))
         y = self.cache.forward_in(x)  # (N, m, g)
@@ -214,8 +166,8 @@ class _Layer:
         return t, ("cache", None, shape)
 
     def _neuron_mask(self, x: torch.Tensor):
-        """x (N, d) -> (mask (N, d_ff), dense h or None): what a neuron rule keeps, computing densely only
-        what it needs to decide (the oracle: h; CATS: the gate activations)."""
+        """x (N, d) -> (mask (N, d_ff), act(gate(x)) (N, d_ff) or None): what a neuron rule keeps, computing
+        densely only what it needs to decide (the oracle: h; CATS: the gate activations)."""
         needs = self.rule.needs
         a = h = None
         if needs == "h" or (needs == "gate" and not self.gated):  # the oracle decides on the dense h
@@ -246,7 +198,7 @@ class _Layer:
         # too); per-row sets would copy B x k rows and run B GEMVs, and the zeroing keeps each row
         # equal to its own masked computation.
         rows = union(mask)  # (u,)
-        kept = mask.index_select(1, rows)  # (N, u)
+        kept = mask.index_select(1, rows) if x.shape[0] > 1 else None  # (N, u)
         pre_u = rows_linear(x, self.mlp.in_proj, rows)  # (N, u)
         if not self.gated:
             h_u = self.mlp.act_fn(pre_u)
@@ -255,7 +207,7 @@ class _Layer:
             g_u = a.index_select(1, rows) if needs == "gate" else self.mlp.act_fn(gate_u)
             h_u = g_u * pre_u  # (N, u)
         t = pre_u if self.flat else h_u
-        return t * kept, ("rows", rows, shape)
+        return (t * kept if x.shape[0] > 1 else t), ("rows", rows, shape)  # one row: its own set, nothing to zero
 
 
 class SparseMLP:

@@ -1,0 +1,155 @@
+"""``attnlab sparsity``: measure a model's contextual sparsity at one keep fraction: perplexity dense
+vs with one rule deciding per token which MLP neurons (and, on request, attention heads) survive,
+the per-layer profile (neurons kept, |h| mass captured), the residual stream's cosine across layers
+and how much of a token's oracle set the next token reuses."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.core.errors import UsageError
+from attnlab.experiments.registry import Experiment, Result
+
+GROUP = "inference"
+
+EPILOG = """examples:
+  attnlab models fetch smollm2                       # once: the real model, into the cache
+  attnlab sparsity --model smollm2 --rule oracle --keep 0.5 --out runs/oracle50
+  attnlab sparsity --rule cats --keep 0.5 --calibration wikitext-2/valid.txt --out runs/cats50
+  attnlab sparsity --rule teal --keep 0.35 --tokens 4096 --out runs/teal35
+  attnlab sparsity --rule oracle --keep 1 --heads-keep 0.5 --out runs/heads50    # heads only
+  attnlab sparsity --model runs/llama/model --text war-and-peace --rule static --keep 0.25 --out runs/s
+
+rules (h = act(gate(x)) * up(x), the input of down_proj; its entries are the "neurons"):
+  oracle  per token the top-k of |h| (Deja Vu's contextual sparsity; needs h itself: an upper bound)
+  cats    per token the neurons with |act(gate(x))| above a per-layer threshold (CATS)
+  teal    per token the channels of x entering the MLP and of h entering down_proj above per-layer
+          thresholds (TEAL)
+  static  the same neurons for every token: per layer the most active on average (mean |h|)
+cats, teal and static are calibrated on --calibration (never the evaluation text) to keep --keep
+of what they threshold there; on the evaluation text they keep about that share (reported).
+--heads-keep K also keeps, per token, only the share K of attention heads with the largest output.
+Every position of every --window tokens is sparsified (masks on the dense computation: this
+measures quality, not speed). Writes OUT/config.json, OUT/metrics.json, OUT/report.md and
+OUT/sparsity.png (per-layer profile, cosine, consecutive-token overlap)."""
+
+
+@dataclass(frozen=True)
+class SparsityRun:
+    """One ``attnlab sparsity`` run: its flags, as the run's config."""
+
+    model: str = "smollm2"
+    rule: str = "oracle"
+    keep: float = 0.5
+    heads_keep: float | None = None
+    text: str = "wikitext-2/test.txt"
+    calibration: str = "wikitext-2/valid.txt"
+    tokens: int = 2048
+    calibration_tokens: int = 2048
+    window: int = 512
+
+    def __post_init__(self):
+        from attnlab.sparsity.rules import RULES, keep_count
+
+        RULES.get(self.rule)  # an unknown rule: did you mean
+        keep_count(1, self.keep)
+        if self.heads_keep is not None:
+            keep_count(1, self.heads_keep)
+        for flag, n in (("--tokens", self.tokens), ("--calibration-tokens", self.calibration_tokens),
+                        ("--window", self.window)):
+            if n < 2:
+                raise UsageError(f"{flag} {n}: give at least 2 tokens")
+
+
+def run_sparsity(cfg: SparsityRun, ctx) -> Result:
+    """Dense vs sparse perplexity, the sparse run's per-layer profile, cosine and token overlap."""
+    from contextlib import ExitStack
+
+    from attnlab.sparsity.measure import (consecutive_overlap, cross_layer_cosine, layer_profile, load_texts,
+                                          perplexity, rule_builder)
+    from attnlab.sparsity.heads import SparseHeads
+    from attnlab.sparsity.mlp import SparseMLP
+    from attnlab.sparsity.record import SparsityRecord
+    from attnlab.sparsity.plots import layer_figure
+
+    calibration = () if cfg.rule == "oracle" else (cfg.calibration,)
+    model, ids, calib = load_texts(cfg.model, cfg.text, cfg.tokens, calibration, cfg.calibration_tokens,
+                                   ctx.device, "--text PATH", "--calibration PATH")
+    with ctx.progress(0 if calib is None else calib.numel(), f"calibrate {cfg.rule}") as bar:
+        rule = rule_builder(model, cfg.rule, calib, cfg.window, bar)(cfg.keep)
+    with ctx.progress(ids.numel(), "dense") as bar:
+        dense = perplexity(model, ids, cfg.window, progress=bar)
+    record = SparsityRecord()
+    with ExitStack() as stack, ctx.progress(ids.numel(), cfg.rule) as bar:
+        stack.enter_context(SparseMLP(model, rule, record=record))
+        if cfg.heads_keep is not None:
+            stack.enter_context(SparseHeads(model, cfg.heads_keep))
+        sparse = perplexity(model, ids, cfg.window, progress=bar)
+    with ctx.progress(ids.numel(), "cosine") as bar:
+        cos = cross_layer_cosine(model, ids, cfg.window, bar)
+    with ctx.progress(ids.numel(), "overlap") as bar:
+        overlap = consecutive_overlap(model, ids, cfg.keep, cfg.window, bar)
+    profile = layer_profile(record)
+    layer_figure(ctx, {cfg.rule: profile}, cfg.keep, cos.layer.tolist(), overlap.tolist(), "sparsity.png")
+    metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
+               "rule": cfg.rule, "keep": cfg.keep, "heads_keep": cfg.heads_keep, "dense_ppl": dense,
+               "sparse_ppl": sparse, "ppl_increase": sparse / dense - 1, "profile": profile,
+               "cosine_per_layer": cos.layer.tolist(), "overlap_per_layer": overlap.tolist()}
+    summary = "\n".join(f"- {line}" for line in result_lines(metrics))
+    return Result([], metrics, {"sparsity.png": f"Per layer: neurons {cfg.rule} kept and the share of |h| mass "
+                                "they carry; cosine of the residual stream across the layer; share of a token's "
+                                f"oracle set (top {cfg.keep:g} of |h|) that the next token reuses."}, summary)
+
+
+def result_lines(m: dict) -> list[str]:
+    """What a run found, one line each: dense and sparse PPL, what was kept, cosine and reuse."""
+    heads = "" if m["heads_keep"] is None else f", heads {m['heads_keep']:g}"
+    p, cos, ov = m["profile"], m["cosine_per_layer"], m["overlap_per_layer"]
+    return [f"dense: PPL {m['dense_ppl']:.3f}",
+            f"{m['rule']} keep {m['keep']:g}{heads}: PPL {m['sparse_ppl']:.3f} ({m['ppl_increase']:+.2%}), "
+            f"neurons kept {p['overall_kept']:.1%}, |h| mass captured {p['overall_mass']:.1%}",
+            f"residual cosine across layers: mean {sum(cos) / len(cos):.3f}, min {min(cos):.3f} (layer "
+            f"{cos.index(min(cos))})",
+            f"next token reuses {sum(ov) / len(ov):.1%} of a token's oracle set (chance {m['keep']:.0%})"]
+
+
+SPARSITY = Experiment("sparsity", "contextual sparsity of a model's MLP (and heads) at one keep fraction",
+                      SparsityRun, run_sparsity)
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("sparsity", help="contextual sparsity: perplexity with per-token MLP neurons / heads kept",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=SparsityRun.model,
+                   help="alias (smollm2), model folder, attnlab train run or hub id")
+    p.add_argument("--rule", default=SparsityRun.rule, help="oracle, cats, teal or static (default oracle)")
+    p.add_argument("--keep", type=float, default=SparsityRun.keep,
+                   help="share of MLP neurons kept per token, in (0, 1] (default 0.5)")
+    p.add_argument("--heads-keep", type=float, default=None,
+                   help="also keep only this share of attention heads per token, in (0, 1]")
+    p.add_argument("--text", default=SparsityRun.text,
+                   help="evaluation text: a file, or wikitext-2/test.txt / kjv / war-and-peace")
+    p.add_argument("--calibration", default=SparsityRun.calibration,
+                   help="calibration text for cats, teal and static (default wikitext-2/valid.txt)")
+    p.add_argument("--tokens", type=int, default=SparsityRun.tokens, help="evaluation tokens (default 2048)")
+    p.add_argument("--calibration-tokens", type=int, default=SparsityRun.calibration_tokens,
+                   help="calibration tokens (default 2048)")
+    p.add_argument("--window", type=int, default=SparsityRun.window,
+                   help="tokens per forward; each window is scored on its own (default 512)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--out", required=True, type=Path, help="output folder")
+    p.set_defaults(func=cmd_sparsity)
+
+
+def cmd_sparsity(args) -> int:
+    from attnlab.experiments.runner import check_device, command_line, run_into
+
+    cfg = SparsityRun(args.model, args.rule, args.keep, args.heads_keep, args.text, args.calibration, args.tokens,
+                      args.calibration_tokens, args.window)
+    result = run_into(SPARSITY, cfg, args.out, check_device(args.device), command_line(args.argv))
+    for line in result_lines(result.metrics):
+        print(line)
+    print(f"results: {args.out}/metrics.json, {args.out}/sparsity.png, {args.out}/report.md", file=sys.stderr)
+    return 0

@@ -1,0 +1,262 @@
+"""Measuring contextual sparsity: perplexity, CATS/TEAL calibration, static sets, cross-layer cosine,
+consecutive-token overlap of the oracle sets, and the per-layer profile a SparseMLP run recorded.
+
+Every measurement is a function of a model; a method is wrapped around it by the caller
+(``with SparseMLP(model, rule): perplexity(model, ids)``). Texts are processed in windows of
+``window`` tokens, each window its own forward from position 0, and every statistic is accumulated
+as it goes (sums, counts, fixed-bin histograms), so memory does not grow with the text.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.core.errors import ConfigError
+from attnlab.data.sources import HUB_PREFIX, locate
+from attnlab.evals.inputs import load_model, text_ids
+from attnlab.evals.longppl import scored_nll
+from attnlab.models import arch
+from attnlab.models.trace import Trace
+from attnlab.sparsity.rules import CATS, TEAL, Oracle, Rule, Static, topk_mask
+
+
+def load_texts(name: str, text: str, tokens: int, calibration: tuple[str, ...] = (), calibration_tokens: int = 0,
+               device: str = "cpu", fix: str | None = None, calibration_fix: str | None = None):
+    """(model, ids (tokens,) of the evaluation text, calibration ids (calibration_tokens,) or None): the
+    calibration is the first tokens of each calibration text in turn (an even share of each), and may not
+    be the evaluation text itself. ``fix``, ``calibration_fix``: how the user names the texts (``--text PATH``)."""
+    def where(spec, key, how):
+        return spec if spec.startswith(HUB_PREFIX) else locate(spec, key, how).resolve()
+
+    for spec in calibration:
+        if where(spec, "calibration", calibration_fix) == where(text, "text", fix):
+            raise ConfigError(f"calibration text {spec} is the evaluation text: calibrate on another one, "
+                              "e.g. wikitext-2/valid.txt (never the evaluation split)")
+    model, tok = load_model(name, device)
+    ids = text_ids(tok, text, tokens, fix)
+    if not calibration:
+        return model, ids, None
+    parts = []
+    for j, spec in enumerate(calibration):  # an even share of each text; the first takes the remainder
+        n = calibration_tokens // len(calibration) + (calibration_tokens % len(calibration) if j == 0 else 0)
+        try:
+            parts.append(text_ids(tok, spec, n, calibration_fix))
+        except ConfigError as e:
+            raise ConfigError(f"calibration {e}") from None
+    return model, ids, torch.cat(parts)
+
+
+def spans(n_tokens: int, window: int, stride: int | None = None) -> Iterator[tuple[int, int, int]]:
+    """(start, first scored, end) of each window over ``n_tokens``: windows of ``window`` tokens whose
+    ends step by ``stride`` (default ``window``: non-overlapping); each scores the tokens after the
+    previous window's end, from its own second token on (the first has no context in its window)."""
+    stride = stride or window
+    if not 0 < stride <= window:
+        raise ValueError(f"stride {stride} must lie in (0, window={window}]")
+    nominal, prev = window, 0  # a window's end before clipping to the text: its start is nominal - window
+    while prev < n_tokens:
+        start, end = max(0, nominal - window), min(nominal, n_tokens)
+        yield start, max(prev, start + 1), end
+        prev, nominal = end, nominal + stride
+
+
+@torch.no_grad()
+def perplexity(model, ids: torch.Tensor, window: int = 512, stride: int | None = None, progress=None) -> float:
+    """exp(mean NLL) of ``ids`` (T,) over windows (see :func:`spans`), every scored token counted once."""
+    total, count = 0.0, 0
+    for start, first, end in spans(ids.numel(), window, stride):
+        if end - first < 1:
+            continue
+        nll = scored_nll(model, ids[start:end], torch.arange(first - start, end - start))  # (end - first,)
+        total, count = total + float(nll.sum()), count + nll.numel()
+        if progress is not None:
+            progress.update(end - first)
+    if not count:
+        raise ValueError(f"perplexity needs at least 2 tokens in a window; got {ids.numel()} tokens")
+    return math.exp(total / count)
+
+
+@torch.no_grad()
+def _traced(model, ids: torch.Tensor, names: list[str], window: int, progress=None) -> Iterator[Trace]:
+    """One forward per non-overlapping window with ``names`` traced; yields the trace after each."""
+    device = next(model.parameters()).device
+    with Trace(model, names) as tr:
+        for start, _, end in spans(ids.numel(), window):
+            model(ids[None, start:end].to(device), use_cache=False)
+            yield tr
+            if progress is not None:
+                progress.update(end - start)
+
+
+def gate_values(model, i: int, x: torch.Tensor) -> torch.Tensor:
+    """What CATS thresholds, act(gate(x)) (..., d_ff), from the MLP input x (..., d); for a plain MLP,
+    act(in(x)), which is h itself."""
+    m = arch.mlp(model, i)
+    return m.act_fn((m.gate_proj or m.in_proj)(x))
+
+
+# --------------------------------------------------------------------------- calibration (CATS, TEAL)
+class MagnitudeHistogram:
+    """Counts of log10 |v| per layer in fixed bins: the |v| quantiles of a whole text in constant memory.
+    Bins are 0.25% wide in |v| (1e-10 .. 1e5); a threshold is interpolated inside its bin."""
+
+    LO, HI, BINS = -10.0, 5.0, 6000
+
+    def __init__(self, n_layers: int):
+        self.counts = torch.zeros(n_layers, self.BINS, dtype=torch.float64)
+
+    def add(self, layer: int, values: torch.Tensor) -> None:
+        logs = values.detach().abs().float().clamp_min(1e-30).log10().clamp(self.LO, self.HI)
+        self.counts[layer] += torch.histc(logs, self.BINS, self.LO, self.HI).double()
+
+    def threshold(self, layer: int, keep: float) -> float:
+        """t such that a fraction ``keep`` of the entries seen has |v| >= t (0.0 keeps everything)."""
+        counts = self.counts[layer]
+        above = counts.flip(0).cumsum(0).flip(0)  # (BINS,) entries in this bin or higher
+        target = keep * float(counts.sum())
+        b = int((above >= target).nonzero().max())  # the highest bin whose tail reaches the target
+        if b == 0:
+            return 0.0  # the crossing lies among the (near-)zero entries: keep every entry
+        inside = float(above[b] - target) / max(float(counts[b]), 1.0)  # share of bin b to drop, from below
+        width = (self.HI - self.LO) / self.BINS
+        return 10 ** (self.LO + (b + inside) * width)
+
+
+class Calibration(NamedTuple):
+    """CATS's or TEAL's histograms on a calibration text; thresholds (and rules) at any keep from one pass."""
+
+    kind: str  # "cats" or "teal"
+    hists: dict[str, MagnitudeHistogram]  # "gate" (CATS) or "x" and "h" (TEAL)
+
+    def thresholds(self, keep: float) -> dict[int, float] | tuple[dict[int, float], dict[int, float]]:
+        """CATS: {layer: t}; TEAL: ({layer: t_x}, {layer: t_h})."""
+        per = {k: {i: h.threshold(i, keep) for i in range(h.counts.shape[0])} for k, h in self.hists.items()}
+        return per["gate"] if self.kind == "cats" else (per["x"], per["h"])
+
+    def rule(self, keep: float):
+        t = self.thresholds(keep)
+        return CATS(t, keep) if self.kind == "cats" else TEAL(*t, keep=keep)
+
+
+def calibration(model, ids: torch.Tensor, kind: str, window: int = 512, progress=None) -> Calibration:
+    """Histograms of |act(gate(x))| (kind "cats") or of |x| entering the MLP and |h| entering its output
+    projection (kind "teal") per layer, over ``ids`` (T,): a calibration text, never the evaluation one."""
+    if kind not in ("cats", "teal"):
+        raise ValueError(f"calibration kind {kind!r}: cats or teal")
+    n = arch.dims(model).n_layers
+    keys = ("gate",) if kind == "cats" else ("x", "h")
+    hists = {k: MagnitudeHistogram(n) for k in keys}
+    names = ["blocks.*.mlp.in"] + (["blocks.*.mlp.post"] if kind == "teal" else [])
+    for tr in _traced(model, ids, names, window, progress):
+        for i in range(n):
+            x = tr[f"blocks.{i}.mlp.in"]  # (1, W, d)
+            if kind == "cats":
+                hists["gate"].add(i, gate_values(model, i, x))  # (1, W, d_ff)
+            else:
+                hists["x"].add(i, x)
+                hists["h"].add(i, tr[f"blocks.{i}.mlp.post"])  # (1, W, d_ff)
+    return Calibration(kind, hists)
+
+
+def calibrate(model, ids: torch.Tensor, keep: float, kind: str, window: int = 512):
+    """CATS ({layer: t}) or TEAL (({layer: t_x}, {layer: t_h})) thresholds keeping ``keep`` on ``ids``."""
+    return calibration(model, ids, kind, window).thresholds(keep)
+
+
+# --------------------------------------------------------------------------- static sets
+@torch.no_grad()
+def mean_abs_h(model, ids: torch.Tensor, window: int = 512, progress=None) -> dict[int, torch.Tensor]:
+    """{layer: (d_ff,) mean |h| of each neuron over ``ids``}: how active each neuron is on average."""
+    n = arch.dims(model).n_layers
+    sums, count = {}, 0
+    for tr in _traced(model, ids, ["blocks.*.mlp.post"], window, progress):
+        for i in range(n):
+            h = tr[f"blocks.{i}.mlp.post"][0].abs().double()  # (W, d_ff)
+            sums[i] = sums.get(i, 0) + h.sum(0)
+        count += h.shape[0]
+    return {i: (s / count).float() for i, s in sums.items()}
+
+
+def top_sets(means: dict[int, torch.Tensor], keep: float) -> dict[int, torch.Tensor]:
+    """{layer: sorted indices of the ``keep`` share of neurons with the largest mean |h|}."""
+    return {i: topk_mask(m, keep).nonzero()[:, 0] for i, m in means.items()}
+
+
+def static_sets(model, ids: torch.Tensor, keep: float, window: int = 512) -> dict[int, torch.Tensor]:
+    """The static rule's sets: per layer the most active neurons on average (mean |h| over ``ids``)."""
+    return top_sets(mean_abs_h(model, ids, window), keep)
+
+
+def rule_builder(model, name: str, calib: torch.Tensor | None, window: int = 512,
+                 progress=None) -> Callable[[float], Rule]:
+    """keep -> the rule ``name`` at that keep: CATS's and TEAL's thresholds and the static sets come from
+    one pass over ``calib`` (the calibration ids), after which any keep costs nothing."""
+    if name == "oracle":
+        return Oracle
+    if name == "static":
+        means = mean_abs_h(model, calib, window, progress)
+        return lambda keep: Static(top_sets(means, keep), keep)
+    return calibration(model, calib, name, window, progress).rule
+
+
+# --------------------------------------------------------------------------- slowly changing embeddings
+class Cosines(NamedTuple):
+    """Mean cosine similarity of the residual stream across each layer, over tokens.
+
+    ``layer[i]`` = cos(resid_pre_i, resid_post_i). Layer i's input is layer i-1's output, so for
+    i >= 1 this is also Deja Vu's consecutive-layer cosine cos(resid_post_{i-1}, resid_post_i):
+    ``between`` = ``layer[1:]`` (L-1,)."""
+
+    layer: torch.Tensor  # (L,)
+
+    @property
+    def between(self) -> torch.Tensor:
+        return self.layer[1:]
+
+
+def cross_layer_cosine(model, ids: torch.Tensor, window: int = 512, progress=None) -> Cosines:
+    """Deja Vu's "slowly changing embeddings": per layer, the mean over tokens of the cosine between the
+    residual stream entering and leaving it."""
+    n = arch.dims(model).n_layers
+    sums, count = torch.zeros(n, dtype=torch.float64), 0
+    names = ["blocks.0.resid_pre", "blocks.*.resid_post"]
+    for tr in _traced(model, ids, names, window, progress):
+        prev = tr["blocks.0.resid_pre"][0]  # (W, d)
+        for i in range(n):
+            post = tr[f"blocks.{i}.resid_post"][0]  # (W, d)
+            sums[i] += F.cosine_similarity(prev.double(), post.double(), dim=-1).sum()
+            prev = post
+        count += prev.shape[0]
+    return Cosines((sums / count).float())
+
+
+# --------------------------------------------------------------------------- what a sparse run kept
+def layer_profile(record) -> dict[str, list[float] | float]:
+    """The per-layer sparsity profile a :class:`~attnlab.sparsity.mlp.SparsityRecord` holds after a run:
+    ``kept`` (L,) the share of neurons of h kept, ``mass`` (L,) the share of |h| they carry, and both
+    over all layers; for TEAL also ``x_kept`` (L,), the share of input channels of x kept."""
+    layers = record.layers("h")
+    out = {"kept": [record.kept_fraction(i) for i in layers], "mass": [record.mass(i) for i in layers],
+           "overall_kept": record.kept_fraction(), "overall_mass": record.mass()}
+    if record.layers("x"):
+        out["x_kept"] = [record.kept_fraction(i, "x") for i in record.layers("x")]
+        out["overall_x_kept"] = record.kept_fraction(None, "x")
+    return out
+
+
+# --------------------------------------------------------------------------- consecutive tokens
+def consecutive_overlap(model, ids: torch.Tensor, keep: float, window: int = 512, progress=None) -> torch.Tensor:
+    """(L,) per layer, the mean share of token t's oracle set (top ``keep`` of |h|) that is also in token
+    t+1's: what an active-set cache could reuse. Two random sets of the same size share ``keep`` of it."""
+    n = arch.dims(model).n_layers
+    sums, pairs = torch.zeros(n, dtype=torch.float64), 0
+    for tr in _traced(model, ids, ["blocks.*.mlp.post"], window, progress):
+        for i in range(n):
+            m = topk_mask(tr[f"blocks.{i}.mlp.post"][0].abs(), keep)  # (W, d_ff) bool
+            shared = (m[1:] & m[:-1]).sum(-1).double() / m[:-1].sum(-1).double()  # (W - 1,)
+            sums[i] += shared.sum()
+        pairs += m.shape[0] - 1
+    return (sums / max(pairs, 1)).float()

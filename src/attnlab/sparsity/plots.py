@@ -1,0 +1,73 @@
+"""Figures of the contextual-sparsity runs: perplexity against the share kept (MLP neurons per rule,
+attention heads), and the per-layer picture (share kept, |h| mass captured, cross-layer cosine,
+consecutive-token overlap)."""
+from __future__ import annotations
+
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+from attnlab.core.plotting import plt
+
+
+def _plain_log_y(ax) -> None:
+    """Perplexities as plain numbers on a log axis (not 4 x 10^1)."""
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def ppl_figure(ctx, curves: dict[str, dict[float, float]], heads: dict[float, float], dense: float,
+               name: str = "sparsity_ppl.png") -> str:
+    """Left: PPL against the share of MLP neurons kept, one line per rule; right: against heads kept.
+    ``curves``: rule -> {keep: PPL}; ``heads``: {keep: PPL} (may be empty)."""
+    fig, axes = plt.subplots(1, 2 if heads else 1, figsize=(10 if heads else 5.2, 3.6), layout="constrained",
+                             squeeze=False)
+    ax = axes[0, 0]
+    for rule, curve in curves.items():
+        keeps = sorted(curve)
+        ax.plot(keeps, [curve[k] for k in keeps], "o-", label=rule, ms=4)
+    ax.axhline(dense, color="k", ls=":", lw=1, label=f"dense ({dense:.2f})")
+    ax.axhline(dense * 1.02, color="grey", ls="--", lw=0.8, label="dense + 2%")
+    ax.set(xlabel="share of MLP neurons kept per token", ylabel="perplexity", yscale="log",
+           title="MLP sparsity: contextual vs static")
+    _plain_log_y(ax)
+    ax.invert_xaxis()  # sparser to the right
+    ax.legend(fontsize=7)
+    if heads:
+        ax = axes[0, 1]
+        keeps = sorted(heads)
+        ax.plot(keeps, [heads[k] for k in keeps], "o-", color="C4", label="top heads by output norm", ms=4)
+        ax.axhline(dense, color="k", ls=":", lw=1, label="dense")
+        ax.axhline(dense * 1.02, color="grey", ls="--", lw=0.8, label="dense + 2%")
+        ax.set(xlabel="share of attention heads kept per token", ylabel="perplexity", yscale="log",
+               title="head sparsity")
+        _plain_log_y(ax)
+        ax.invert_xaxis()
+        ax.legend(fontsize=7)
+    return ctx.savefig(fig, name)
+
+
+def layer_figure(ctx, profiles: dict[str, dict[str, list[float]]], keep: float, cosine: list[float],
+                 overlap: list[float] | None = None, name: str = "sparsity_layers.png") -> str:
+    """Per layer: the share of neurons each rule kept and the share of |h| mass it captured at ``keep``
+    (``profiles``: rule -> {"kept": [...], "mass": [...]}), the cosine of the residual stream across the
+    layer and, given ``overlap``, the share of a token's oracle set reused by the next token."""
+    n = 3 if overlap is not None else 2
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 3.6), layout="constrained")
+    for k, (rule, p) in enumerate(profiles.items()):
+        layers = range(len(p["mass"]))
+        axes[0].plot(layers, p["mass"], "o-", color=f"C{k}", ms=3, label=f"{rule}: |h| mass kept")
+        axes[0].plot(layers, p["kept"], ":", color=f"C{k}", lw=1, label=f"{rule}: neurons kept")
+    axes[0].set(xlabel="layer", ylabel="share", ylim=(0, 1.02), title=f"per-layer profile at keep {keep:g}")
+    axes[0].legend(fontsize=6)
+    axes[1].plot(range(len(cosine)), cosine, "o-", ms=3, color="C5")
+    axes[1].axhline(0.9, color="grey", ls="--", lw=0.8, label="0.9 (Deja Vu)")
+    axes[1].set(xlabel="layer i", ylabel="mean cos(resid_pre_i, resid_post_i)",
+                title="slowly changing embeddings")
+    axes[1].legend(fontsize=7)
+    if overlap is not None:
+        axes[2].plot(range(len(overlap)), overlap, "o-", ms=3, color="C6", label="oracle set, token t vs t+1")
+        axes[2].axhline(keep, color="grey", ls="--", lw=0.8, label=f"chance ({keep:g})")
+        axes[2].set(xlabel="layer", ylabel="share of the set reused", ylim=(0, 1.02),
+                    title="consecutive-token overlap")
+        axes[2].legend(fontsize=7)
+    return ctx.savefig(fig, name)

@@ -1,0 +1,65 @@
+"""The active-set cache: after any sequence of sets (growing, shrinking, disjoint, repeated) its first m
+slots hold exactly the set's rows, and it copies only the neurons that enter."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.sparsity.gather import ActiveSet
+
+
+def _cache(n=40, d=6, o=5, bias=True, seed=0) -> ActiveSet:
+    g = torch.Generator().manual_seed(seed)
+    w = tuple(torch.randn(n, d, generator=g) for _ in range(2))
+    b = tuple(torch.randn(n, generator=g) for _ in range(2)) if bias else None
+    return ActiveSet(w, torch.randn(n, o, generator=g), b)
+
+
+def _check(c: ActiveSet, keep: torch.Tensor) -> None:
+    held = c.neurons
+    assert sorted(held.tolist()) == keep.nonzero().squeeze(1).tolist()
+    for j, w in enumerate(c.w_in):
+        assert torch.equal(c.buf_in[:c.m, j], w[held])
+        if c.b_in is not None:
+            assert torch.equal(c.buf_b[:c.m, j], c.b_in[j][held])
+    assert torch.equal(c.buf_out[:c.m], c.w_out_t[held])
+    assert torch.equal(c.slot_of[held], torch.arange(c.m)) and int((c.slot_of >= 0).sum()) == c.m
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_active_slots_hold_exactly_the_set_after_any_sequence_of_sets(bias):
+    c, g = _cache(bias=bias), torch.Generator().manual_seed(1)
+    sets = []
+    for k in [10, 10, 25, 3, 40, 1, 17, 17, 0, 8]:
+        keep = torch.zeros(40, dtype=torch.bool)
+        keep[torch.randperm(40, generator=g)[:k]] = True
+        sets.append(keep)
+    sets.insert(4, sets[3])  # a repeated set: nothing copied
+    for keep in sets:
+        c.update(keep)
+        _check(c, keep)
+
+
+def test_forward_equals_the_dense_computation_on_the_set():
+    c = _cache()
+    keep = torch.zeros(40, dtype=torch.bool)
+    keep[::3] = True
+    c.update(keep)
+    x = torch.randn(4, 6)  # (N, d)
+    y = c.forward_in(x)  # (N, m, 2)
+    for j in range(2):
+        torch.testing.assert_close(y[..., j], F.linear(x, c.w_in[j], c.b_in[j])[:, c.neurons])
+    h = torch.randn(4, 40) * keep  # (N, n) zero outside the set
+    torch.testing.assert_close(c.forward_out(h[:, c.neurons], None), h @ c.w_out_t)
+
+
+def test_only_entering_neurons_are_counted_as_copied():
+    c = _cache()
+    first = torch.zeros(40, dtype=torch.bool)
+    first[:20] = True
+    second = first.clone()
+    second[:5] = False
+    second[20:25] = True  # 5 leave, 5 enter
+    c.update(first)
+    c.update(second)
+    assert (c.entered, c.kept, c.steps) == (25, 15, 2)
+    assert c.reuse() == 15 / 40
