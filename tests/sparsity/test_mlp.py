@@ -5,7 +5,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
@@ -249,7 +248,7 @@ def test_the_model_is_restored_on_exit_also_when_the_block_raises(tiny_models, n
 
 
 def test_a_second_sparse_mlp_on_the_same_layer_is_refused_and_leaves_the_first(tiny_models):
-    model, ids = tiny_models["llama"], _ids()
+    model = tiny_models["llama"]
     before = _state(model)
     with SparseMLP(model, Oracle(0.5), layers=[1]):
         inside = _state(model)

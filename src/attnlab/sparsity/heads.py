@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import torch
 from torch import nn
 
 from attnlab.models import arch

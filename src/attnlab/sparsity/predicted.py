@@ -1,0 +1,99 @@
+"""Deja Vu's predictors as rules: the predicted top-k neurons (a SparseMLP rule) and heads (hooks)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attnlab.core.errors import UsageError
+from attnlab.models import arch
+from attnlab.sparsity.predictors import Predictors
+from attnlab.sparsity.rules import keep_count, topk_mask
+
+
+# --------------------------------------------------------------------------- the rule
+class Predicted:
+    """Rule (needs "input"): per token the top-k units by the predictor's logits, k = keep_count(n, keep).
+
+    ``own`` predicts layer i from its input x_i; ``lookahead`` from x_{i-1}, which this rule caches as it
+    goes: SparseMLP (PredictedHeads) calls ``mask(x_i, i)`` for each layer in forward order, so the last x
+    seen is the previous layer's input of the same tokens. A layer the lookahead set does not cover
+    (layer 0) uses ``own``. Run a lookahead layer's predecessor under the same SparseMLP."""
+
+    name, needs = "predicted", "input"
+
+    def __init__(self, keep: float, own: Predictors | None = None, lookahead: Predictors | None = None):
+        if own is None and lookahead is None:
+            raise UsageError("a Predicted rule needs own-input or lookahead predictors (or both)")
+        keep_count(1, keep)
+        self.keep, self.own, self.lookahead = keep, own, lookahead
+        self._last: tuple[int, torch.Tensor] | None = None  # (layer, its x), for the next layer's lookahead
+
+    def _which(self, layer: int) -> Predictors | None:
+        for p in (self.lookahead, self.own):
+            if p is not None and layer in p.slot:
+                return p
+        return None
+
+    def check(self, layer: int, width: int) -> None:
+        p = self._which(layer)
+        if p is None:
+            raise UsageError(f"no predictor for layer {layer}: train predictors on this model's layers")
+        if p.meta.width != width:
+            raise UsageError(f"predictor for layer {layer} scores {p.meta.width} {p.meta.unit}, the layer has {width}")
+
+    def mask(self, values: torch.Tensor, layer: int) -> torch.Tensor:
+        """x_i (..., d) -> bool (..., n)."""
+        p, x = self._which(layer), values
+        if p is self.lookahead:
+            prev = self._last
+            if prev is None or prev[0] != layer - 1 or prev[1].shape != values.shape:
+                raise UsageError(f"the lookahead predictor of layer {layer} needs layer {layer - 1}'s input of the "
+                                 "same tokens: run both layers under this SparseMLP")
+            x = prev[1]
+        self._last = (layer, values)
+        return topk_mask(p.logits(x, layer), self.keep)
+
+
+class PredictedHeads:
+    """Context manager: per token keep the attention heads a :class:`Predicted` rule over heads predictors
+    picks from the attention input x_i (own) or x_{i-1} (lookahead), zeroing the rest before the output
+    projection as SparseHeads does; every layer, forward pre-hooks removed on exit."""
+
+    def __init__(self, model: nn.Module, rule: Predicted, record=None):
+        dm = arch.dims(model)
+        self.model, self.rule, self.record, self.n_heads = model, rule, record, dm.n_heads
+        for i in range(dm.n_layers):
+            rule.check(i, dm.n_heads)
+        self._masks: dict[int, torch.Tensor] = {}
+        self._handles: list = []
+
+    def __enter__(self) -> "PredictedHeads":
+        for i in range(arch.dims(self.model).n_layers):
+            att = arch.attention(self.model, i)
+            self._handles += [att.module.register_forward_pre_hook(self._decide(i), with_kwargs=True),
+                              att.o.register_forward_pre_hook(self._apply(i), with_kwargs=True)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles, self._masks = [], {}
+
+    def _decide(self, layer: int):
+        def hook(module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]  # (B, T, d)
+            self._masks[layer] = self.rule.mask(x, layer)  # (B, T, H)
+
+        return hook
+
+    def _apply(self, layer: int):
+        def hook(module, args, kwargs):
+            z = args[0] if args else kwargs["input"]  # (..., H * d_h)
+            zh = z.reshape(*z.shape[:-1], self.n_heads, -1)  # (..., H, d_h)
+            mask = self._masks.pop(layer).reshape(zh.shape[:-1])  # (..., H)
+            if self.record is not None:
+                self.record.add("heads", layer, mask, zh.float().norm(dim=-1))
+            z = (zh * mask[..., None]).reshape(z.shape)
+            return ((z, *args[1:]), kwargs) if args else (args, {**kwargs, "input": z})
+
+        return hook

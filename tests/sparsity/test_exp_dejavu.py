@@ -1,0 +1,88 @@
+"""The dejavu experiment end to end on a tiny model folder and made-up texts (the real run uses SmolLM2,
+WikiText-2, KJV and War and Peace, which CI does not have)."""
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.core.errors import ConfigError, MissingResource, UsageError
+from attnlab.sparsity.exp_dejavu import DejaVuConfig, run_dejavu
+from tiny_models import byte_tokenizer, tiny
+
+TEXT = "the cat sat on the mat and the dog ran to the cat. " * 8
+TRAIN = "a bird flew over the river while the fish swam below it. " * 8
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "text.txt").write_text(TEXT)
+    (tmp_path / "train.txt").write_text(TRAIN)
+    folder = tmp_path / "m"  # 4 layers: the lookahead claims compare middle and edge layers
+    tiny("llama", vocab_size=300, num_hidden_layers=4, max_position_embeddings=64, tie_word_embeddings=True,
+         bos_token_id=256, eos_token_id=256).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder, tmp_path / "text.txt", tmp_path / "train.txt"
+
+
+def _reproduce(out, *sets):
+    sets = ["tokens=96", "train_tokens=128", "window=32", "rank=16", "epochs=2", "batch=32", *sets]
+    return main(["reproduce", "dejavu", "--out", str(out)] + [a for s in sets for a in ("--set", s)])
+
+
+@pytest.mark.slow
+def test_experiment_runs_end_to_end_states_its_claims_and_reloads(setup, tmp_path):
+    model, text, train = setup
+    out = tmp_path / "run"
+    assert _reproduce(out, f"model={model}", f"text={text}", f"train_texts={train}", "heads_keep=0.5") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    status = [c["status"] for c in m["claims"]]
+    assert all(s in ("holds", "fails") for s in status[:5]) and status[5:] == ["finding"] * 5  # + heads
+    explained = [c["status"] == "holds" or bool(c.get("note")) for c in m["claims"][:5]]
+    assert explained[0] and explained[2:] == [True] * 3  # a failed claim says why (the gap claim: no note)
+    assert "lookahead predictor" in m["claims"][0]["claim"] and "middle layers (1..2" in m["claims"][0]["claim"]
+    assert set(m["ppl"]) == {"dense", "oracle", "own", "lookahead"}
+    assert m["scores"]["own"]["layers"] == [0, 1, 2, 3] and m["scores"]["lookahead"]["layers"] == [1, 2, 3]
+    assert 0 < m["cost"]["flops_share_of_mlp"] < 1 and len(m["train_bce"]) == 2
+    assert (out / "dejavu.png").stat().st_size > 0 and "## Claims" in (out / "report.md").read_text()
+    assert set(m["heads_ppl"]) == {"dense", "oracle", "own", "lookahead"}
+    assert "head predictors" in m["claims"][-1]["claim"]
+    assert m["heads_scores"]["lookahead"]["layers"] == [1, 2, 3]
+    saved = {p.name for p in (out / "predictors").iterdir()}
+    assert saved == {"own", "lookahead", "heads-own", "heads-lookahead"}
+    again = tmp_path / "again"  # reloads the saved predictors: the same scores, nothing trained
+    assert _reproduce(again, f"model={model}", f"text={text}", f"predictors={out / 'predictors'}",
+                      "heads_keep=0.5") == 0
+    m2 = json.loads((again / "metrics.json").read_text())
+    assert m2["scores"] == m["scores"] and m2["ppl"] == m["ppl"] and m2["train_bce"] is None
+    assert m2["heads_scores"] == m["heads_scores"] and m2["heads_ppl"] == m["heads_ppl"]
+
+
+@pytest.mark.slow
+def test_quick_mode_reports_findings_only(setup, tmp_path):
+    model, text, train = setup
+    out = tmp_path / "run"
+    assert _reproduce(out, f"model={model}", f"text={text}", f"train_texts={train}", "judge=false") == 0
+    assert {c["status"] for c in json.loads((out / "metrics.json").read_text())["claims"]} == {"finding"}
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"keep": 1.5}, "keep fraction 1.5"), ({"keep": 1.0}, "nothing to predict"), ({"window": 1}, "window=1"),
+    ({"train_tokens": 3}, "train_tokens=3")])
+def test_config_refuses_impossible_runs(fields, message):
+    with pytest.raises(UsageError, match=message):
+        DejaVuConfig(**fields)
+
+
+def test_training_on_the_evaluation_text_is_refused(setup):
+    model, text, _ = setup
+    with pytest.raises(ConfigError, match="is the evaluation text"):
+        run_dejavu(DejaVuConfig(model=str(model), text=str(text), train_texts=(str(text),)),
+                   SimpleNamespace(device="cpu"))
+
+
+def test_uncached_model_is_a_missing_resource(setup, tmp_path):
+    _, text, train = setup
+    with pytest.raises(MissingResource):
+        run_dejavu(DejaVuConfig(text=str(text), train_texts=(str(train),)), SimpleNamespace(device="cpu"))
