@@ -63,3 +63,15 @@ def save_hf(folder, seed=0, tokenizer=True):
     if tokenizer:
         byte_tokenizer().save_pretrained(folder)
     return folder
+
+
+EVAL_TEXT = "the cat sat on the mat and the dog ran to the cat. "
+OTHER_TEXT = "a bird flew over the river while the fish swam below it. "
+
+
+def texts_and_cache(tmp_path, monkeypatch, repeat: int = 8):
+    """Two made-up texts (to evaluate on, and to calibrate or train on) and the attnlab cache under tmp_path."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "text.txt").write_text(EVAL_TEXT * repeat)
+    (tmp_path / "other.txt").write_text(OTHER_TEXT * repeat)
+    return tmp_path / "text.txt", tmp_path / "other.txt"

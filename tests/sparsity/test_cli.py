@@ -4,18 +4,12 @@ import json
 import pytest
 
 from attnlab.cli import main
-from tiny_models import save_hf
-
-TEXT = "the cat sat on the mat and the dog ran to the cat. " * 6
-CALIBRATION = "a bird flew over the river while the fish swam below it. " * 6
-
+from tiny_models import save_hf, texts_and_cache
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "text.txt").write_text(TEXT)
-    (tmp_path / "calib.txt").write_text(CALIBRATION)
-    return save_hf(tmp_path / "m"), tmp_path / "text.txt", tmp_path / "calib.txt"
+    text, calibration = texts_and_cache(tmp_path, monkeypatch, repeat=6)
+    return save_hf(tmp_path / "m"), text, calibration
 
 
 def _argv(setup, out, *extra):

@@ -8,22 +8,16 @@ import pytest
 from attnlab.cli import main
 from attnlab.core.errors import ConfigError, MissingResource, UsageError
 from attnlab.sparsity.exp_dejavu import DejaVuConfig, run_dejavu
-from tiny_models import byte_tokenizer, tiny
-
-TEXT = "the cat sat on the mat and the dog ran to the cat. " * 8
-TRAIN = "a bird flew over the river while the fish swam below it. " * 8
-
+from tiny_models import byte_tokenizer, texts_and_cache, tiny
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "text.txt").write_text(TEXT)
-    (tmp_path / "train.txt").write_text(TRAIN)
+    text, train = texts_and_cache(tmp_path, monkeypatch)
     folder = tmp_path / "m"  # 4 layers: the lookahead claims compare middle and edge layers
     tiny("llama", vocab_size=300, num_hidden_layers=4, max_position_embeddings=64, tie_word_embeddings=True,
          bos_token_id=256, eos_token_id=256).save_pretrained(folder)
     byte_tokenizer().save_pretrained(folder)
-    return folder, tmp_path / "text.txt", tmp_path / "train.txt"
+    return folder, text, train
 
 
 def _reproduce(out, *sets):

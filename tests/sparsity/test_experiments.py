@@ -8,18 +8,12 @@ import pytest
 from attnlab.cli import main
 from attnlab.core.errors import ConfigError, MissingResource, UsageError
 from attnlab.sparsity.experiments import SparsityConfig, run_sparsity
-from tiny_models import save_hf
-
-TEXT = "the cat sat on the mat and the dog ran to the cat. " * 8
-CALIBRATION = "a bird flew over the river while the fish swam below it. " * 8
-
+from tiny_models import save_hf, texts_and_cache
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "text.txt").write_text(TEXT)
-    (tmp_path / "calib.txt").write_text(CALIBRATION)
-    return save_hf(tmp_path / "m"), tmp_path / "text.txt", tmp_path / "calib.txt"
+    text, calibration = texts_and_cache(tmp_path, monkeypatch, repeat=8)
+    return save_hf(tmp_path / "m"), text, calibration
 
 
 def _reproduce(out, model, text, calib, *sets):
@@ -83,10 +77,10 @@ def test_uncached_model_is_a_missing_resource_the_demo_skips(tmp_path, monkeypat
     ctx = SimpleNamespace(device="cpu", out=tmp_path)
     with pytest.raises(MissingResource):
         run_sparsity(SparsityConfig(text=str(tmp_path / "t.txt"), calibration=(str(tmp_path / "c.txt"),)), ctx)
-    (tmp_path / "t.txt").write_text(TEXT)
-    (tmp_path / "c.txt").write_text(CALIBRATION)
+    text, calibration = texts_and_cache(tmp_path, monkeypatch)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(MissingResource, match="attnlab models fetch smollm2"):
-        run_sparsity(SparsityConfig(text=str(tmp_path / "t.txt"), calibration=(str(tmp_path / "c.txt"),)), ctx)
+        run_sparsity(SparsityConfig(text=str(text), calibration=(str(calibration),)), ctx)
 
 
 def test_calibrating_on_the_evaluation_text_is_refused(setup):
