@@ -45,6 +45,19 @@ def test_oracle_at_keep_one_is_the_dense_model(setup, tmp_path):
     assert m["sparse_ppl"] == m["dense_ppl"] and m["profile"]["overall_mass"] == 1.0
 
 
+@pytest.mark.slow
+def test_speed_times_dense_and_gather_decode_on_the_same_prompt(setup, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_argv(setup, out, "--rule", "cats", "--keep", "0.5", "--speed", "--speed-steps", "3")) == 0
+    d = json.loads((out / "metrics.json").read_text())["decode"]
+    assert d["steps"] == 3 and d["dense_tokens"] == d["sparse_tokens"] == 3 and d["batch"] == 1
+    assert all(d[k] > 0 for k in ("dense_ms_per_step", "sparse_ms_per_step", "dense_tokens_per_s",
+                                  "sparse_tokens_per_s", "speedup"))
+    assert d["speedup"] == pytest.approx(d["dense_ms_per_step"] / d["sparse_ms_per_step"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 5 and lines[-1].startswith("decode (batch 1, 3 greedy steps")
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--keep", "0"], "keep fraction 0.0: give a number in (0, 1]"),
     (["--keep", "1.5"], "keep fraction 1.5"),
@@ -56,6 +69,7 @@ def test_oracle_at_keep_one_is_the_dense_model(setup, tmp_path):
     (["--text", "no/such/file.txt"], "--text PATH"),
     (["--window", "1"], "--window 1"),
     (["--keep", "half"], "invalid float value"),
+    (["--speed", "--speed-steps", "0"], "--speed-steps 0"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(setup, tmp_path, capsys, extra, message):
     extra = [str(setup[1]) if a == "TEXT" else a for a in extra]
@@ -72,3 +86,4 @@ def test_help_teaches_with_examples(capsys):
     text = capsys.readouterr().out
     assert "attnlab sparsity --model smollm2 --rule oracle --keep 0.5" in text
     assert all(rule in text for rule in ("oracle", "cats", "teal", "static"))
+    assert "--speed-steps" in text and "not a real saving" in text

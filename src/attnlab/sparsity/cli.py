@@ -21,6 +21,7 @@ EPILOG = """examples:
   attnlab sparsity --rule teal --keep 0.35 --tokens 4096 --out runs/teal35
   attnlab sparsity --rule oracle --keep 1 --heads-keep 0.5 --out runs/heads50    # heads only
   attnlab sparsity --model runs/llama/model --text war-and-peace --rule static --keep 0.25 --out runs/s
+  attnlab sparsity --rule cats --keep 0.5 --speed --speed-steps 64 --out runs/cats50-speed
 
 rules (h = act(gate(x)) * up(x), the input of down_proj; its entries are the "neurons"):
   oracle  per token the top-k of |h| (Deja Vu's contextual sparsity; needs h itself: an upper bound)
@@ -33,7 +34,14 @@ of what they threshold there; on the evaluation text they keep about that share 
 --heads-keep K also keeps, per token, only the share K of attention heads with the largest output.
 Every position of every --window tokens is sparsified (masks on the dense computation: this
 measures quality, not speed). Writes OUT/config.json, OUT/metrics.json, OUT/report.md and
-OUT/sparsity.png (per-layer profile, cosine, consecutive-token overlap)."""
+OUT/sparsity.png (per-layer profile, cosine, consecutive-token overlap).
+
+--speed also times decoding at batch 1: the first --window tokens of the text as the prompt, a few
+warm-up steps, then --speed-steps greedy steps with a DynamicCache, dense vs the MLPs computing only
+the kept neurons (SparseMLP gather mode; attention heads stay dense). Written to metrics.json as
+"decode". The oracle's set needs the dense h to choose, so its time is not a real saving (an upper
+bound on quality, a lower bound on cost); the cats, teal and static sets are chosen before the
+rows they skip, so theirs is."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,8 @@ class SparsityRun:
     tokens: int = 2048
     calibration_tokens: int = 2048
     window: int = 512
+    speed: bool = False
+    speed_steps: int = 32
 
     def __post_init__(self):
         from attnlab.sparsity.rules import RULES, keep_count
@@ -61,6 +71,8 @@ class SparsityRun:
                         ("--window", self.window)):
             if n < 2:
                 raise UsageError(f"{flag} {n}: give at least 2 tokens")
+        if self.speed_steps < 1:
+            raise UsageError(f"--speed-steps {self.speed_steps}: give at least 1 timed decode step")
 
 
 def run_sparsity(cfg: SparsityRun, ctx) -> Result:
@@ -92,11 +104,20 @@ def run_sparsity(cfg: SparsityRun, ctx) -> Result:
     with ctx.progress(ids.numel(), "overlap") as bar:
         overlap = consecutive_overlap(model, ids, cfg.keep, cfg.window, bar)
     profile = layer_profile(record)
+    decode = None
+    if cfg.speed:
+        from attnlab.sparsity.speed import decode_speed
+
+        with ctx.progress(2, "decode speed") as bar:
+            decode = decode_speed(model, ids[:cfg.window], rule, cfg.speed_steps)
+            bar.update(2)
     layer_figure(ctx, {cfg.rule: profile}, cfg.keep, cos.layer.tolist(), overlap.tolist(), "sparsity.png")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
                "rule": cfg.rule, "keep": cfg.keep, "heads_keep": cfg.heads_keep, "dense_ppl": dense,
                "sparse_ppl": sparse, "ppl_increase": sparse / dense - 1, "profile": profile,
                "cosine_per_layer": cos.layer.tolist(), "overlap_per_layer": overlap.tolist()}
+    if decode is not None:
+        metrics["decode"] = decode
     summary = "\n".join(f"- {line}" for line in result_lines(metrics))
     return Result([], metrics, {"sparsity.png": f"Per layer: neurons {cfg.rule} kept and the share of |h| mass "
                                 "they carry; cosine of the residual stream across the layer; share of a token's "
@@ -105,6 +126,8 @@ def run_sparsity(cfg: SparsityRun, ctx) -> Result:
 
 def result_lines(m: dict) -> list[str]:
     """What a run found, one line each: dense and sparse PPL, what was kept, cosine and reuse."""
+    from attnlab.sparsity.speed import speed_line
+
     heads = "" if m["heads_keep"] is None else f", heads {m['heads_keep']:g}"
     p, cos, ov = m["profile"], m["cosine_per_layer"], m["overlap_per_layer"]
     return [f"dense: PPL {m['dense_ppl']:.3f}",
@@ -112,7 +135,8 @@ def result_lines(m: dict) -> list[str]:
             f"neurons kept {p['overall_kept']:.1%}, |h| mass captured {p['overall_mass']:.1%}",
             f"residual cosine across layers: mean {sum(cos) / len(cos):.3f}, min {min(cos):.3f} (layer "
             f"{cos.index(min(cos))})",
-            f"next token reuses {sum(ov) / len(ov):.1%} of a token's oracle set (chance {m['keep']:.0%})"]
+            f"next token reuses {sum(ov) / len(ov):.1%} of a token's oracle set (chance {m['keep']:.0%})"
+            ] + ([speed_line(m["decode"])] if "decode" in m else [])
 
 
 SPARSITY = Experiment("sparsity", "contextual sparsity of a model's MLP (and heads) at one keep fraction",
@@ -138,6 +162,12 @@ def add_commands(sub) -> None:
                    help="calibration tokens (default 2048)")
     p.add_argument("--window", type=int, default=SparsityRun.window,
                    help="tokens per forward; each window is scored on its own (default 512)")
+    p.add_argument("--speed", action="store_true",
+                   help="also time greedy decoding at batch 1, dense vs the MLPs on the kept neurons only "
+                        "(the oracle's set costs a dense computation: its speed is not a real saving; cats, "
+                        "teal and static sets are)")
+    p.add_argument("--speed-steps", type=int, default=SparsityRun.speed_steps,
+                   help="timed greedy decode steps for --speed (default 32)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.set_defaults(func=cmd_sparsity)
@@ -147,7 +177,7 @@ def cmd_sparsity(args) -> int:
     from attnlab.experiments.runner import check_device, command_line, run_into
 
     cfg = SparsityRun(args.model, args.rule, args.keep, args.heads_keep, args.text, args.calibration, args.tokens,
-                      args.calibration_tokens, args.window)
+                      args.calibration_tokens, args.window, args.speed, args.speed_steps)
     result = run_into(SPARSITY, cfg, args.out, check_device(args.device), command_line(args.argv))
     for line in result_lines(result.metrics):
         print(line)
