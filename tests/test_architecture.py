@@ -13,6 +13,7 @@ ADAPTERS = {
     "models/arch.py", "models/causal_lm.py", "models/pretrained.py", "models/tokenizer.py", "models/trace.py",
     "models/cli.py", "models/fetch.py", "kv/cache.py", "kv/attention.py", "evals/passkey.py", "data/hub.py",
     "sparsity/predictors.py",  # saves Deja Vu's predictors as safetensors (the format, not transformers)
+    "sparsity/speed.py",  # times greedy decode through transformers' DynamicCache
 }
 
 
