@@ -12,6 +12,7 @@ last ``window`` tokens from scratch (exact window attention, O(T·W) work).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -
     t_total = ids.numel()
     nll = torch.empty(t_total - 1, dtype=torch.float64)
     kv, clock = [], []
-    ctx = cache if cache is not None else _nullctx()
+    ctx = cache if cache is not None else contextlib.nullcontext()
     t0 = time.perf_counter()
     with ctx:
         past = cache
@@ -91,12 +92,3 @@ def recompute_nll(model, ids: torch.Tensor, window: int, positions: range | None
         if progress is not None:
             progress.update(1)
     return StreamResult(nll, time.perf_counter() - t0)
-
-
-class _nullctx:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
-

@@ -50,7 +50,6 @@ class Experiment:
     quick: dict[str, Any] = field(default_factory=dict)  # overrides for `attnlab demo`
     demo: bool = True  # False: too slow for the demo's few minutes even in quick mode
     part: str = ""  # the part of the talk (part_of(run's module)); "" for an ad-hoc run
-    order: int = 0  # its place among the experiments of its module (registration order)
 
 
 EXPERIMENTS: Registry[Experiment] = Registry("experiment", "see `attnlab list`")
@@ -71,9 +70,8 @@ def register(name: str, summary: str, config: type, quick: dict[str, Any] | None
         raise TypeError(f"{name}: config must be a dataclass")
 
     def wrap(fn):
-        order = sum(e.run.__module__ == fn.__module__ for _, e in EXPERIMENTS.items())
         EXPERIMENTS.add(name, Experiment(name, summary, config, fn, dict(quick or {}), demo,
-                                         part_of(fn.__module__), order))
+                                         part_of(fn.__module__)))
         return fn
 
     return wrap
@@ -98,7 +96,7 @@ def _talk_key(exp: Experiment) -> tuple:
     module = exp.run.__module__
     package, _, last = module.rpartition(".")
     talk_order = getattr(sys.modules.get(module), "TALK_ORDER", 0)
-    return part, package, talk_order, last != "experiments", last, exp.order
+    return part, package, talk_order, last != "experiments", last  # sorted() is stable: registration order
 
 
 def load_all() -> dict[str, Experiment]:

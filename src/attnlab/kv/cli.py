@@ -54,7 +54,7 @@ class StreamRun:
     def make_policy(self):
         from attnlab.kv.policies import make_policy
 
-        return make_policy(self.policy, None if self.policy == "full" else self.budget, self.n_sink, self.recent)
+        return make_policy(self.policy, self.budget, self.n_sink, self.recent)  # full ignores the budget
 
 
 def run_stream(cfg: StreamRun, ctx) -> Result:

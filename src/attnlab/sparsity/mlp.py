@@ -175,7 +175,7 @@ class _Layer:
                                 self._proj(self.mlp.in_proj, x))
         elif needs == "gate":  # CATS: the dense gate activations, before up_proj
             a = self.mlp.act_fn(self._proj(self.mlp.gate_proj, x))  # (N, d_ff)
-        mask = self._decide(x, a, h, x.new_zeros(x.shape[0], self.n))  # (N, d_ff)
+        mask = self._decide(x, a, h, x[:, :1].expand(x.shape[0], self.n))  # (N, d_ff); like: a view, no allocation
         self._note("h", mask, h)
         return mask, a
 

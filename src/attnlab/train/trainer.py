@@ -21,6 +21,7 @@ checkpoint and resumed writes the same metrics as one that never stopped. It hol
 from __future__ import annotations
 
 import fnmatch
+import io
 import json
 import pickle
 import sys
@@ -153,9 +154,9 @@ class Trainer:
         state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
                  "loss_acc": self.loss_acc, "torch_rng": torch.get_rng_state(), "window_rng": self.gen.get_state(),
                  "config": self._config_json(), "snapshots": self.snapshots}
-        tmp = self.run_dir / "checkpoint.pt.tmp"
-        torch.save(state, tmp)
-        tmp.replace(self.run_dir / "checkpoint.pt")  # atomic: a kill never leaves half a checkpoint
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        write_atomic(self.run_dir / "checkpoint.pt", buf.getvalue())  # a kill never leaves half a checkpoint
 
     def load_checkpoint(self) -> None:
         """Restore model, optimiser, step and RNG states; cut metrics.jsonl back to the checkpoint's step."""
