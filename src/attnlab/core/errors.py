@@ -11,3 +11,8 @@ class ConfigError(UsageError, ValueError):
 
 class MissingResource(UsageError):
     """A corpus or model this machine lacks: ``attnlab demo`` skips experiments that need one."""
+
+
+def first_line(e: Exception, default: str | None = None) -> str:
+    """An exception's first line (else ``default``, else its type), short enough for a one-line error."""
+    return str(e).splitlines()[0][:160] if str(e) else default or type(e).__name__

@@ -8,7 +8,7 @@ specs, and this module imports ``datasets`` only when it reads one.
 """
 from __future__ import annotations
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import UsageError, first_line
 from attnlab.data.sources import HUB_PREFIX as PREFIX
 
 
@@ -34,7 +34,7 @@ def hub_lines(spec: str) -> list[str]:
         ds = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001 - offline, unknown name, bad split: all end the same way
         raise UsageError(f"{spec}: could not load it from the Hugging Face hub ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0][:160] if str(e) else 'no detail'}); without a network, "
+                         f"{first_line(e, 'no detail')}); without a network, "
                          "download the text elsewhere and give its path") from None
     if "text" not in ds.column_names:
         raise UsageError(f"{spec}: the split has no 'text' column (columns: {', '.join(ds.column_names)})")

@@ -21,7 +21,7 @@ from transformers.activations import ACT2FN
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
-from attnlab.core.errors import ConfigError, UsageError
+from attnlab.core.errors import ConfigError, UsageError, first_line
 from attnlab.core.io import staged_dir
 
 hf_logging.disable_progress_bar()  # a "Loading weights" bar on every from_pretrained drowns our own
@@ -119,7 +119,7 @@ def causal_lm_config(path: str | Path, hint: str = ""):
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as e:  # noqa: BLE001 - an unreadable or unknown config surfaces as many exception types
-        raise UsageError(f"model {path}: cannot read its config.json ({_first_line(e)})") from None
+        raise UsageError(f"model {path}: cannot read its config.json ({first_line(e)})") from None
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise UsageError(f"model {path} ({config.model_type}) is not a causal language model: give a "
                          f"*ForCausalLM checkpoint (Llama, GPT-2, GPT-NeoX, OPT, ...){hint}")
@@ -136,9 +136,6 @@ def load_causal_lm(path: str | Path) -> CausalLM:
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - missing or corrupt weights surface as many exception types
-        raise UsageError(f"model {path}: cannot load its weights ({_first_line(e)})") from None
+        raise UsageError(f"model {path}: cannot load its weights ({first_line(e)})") from None
     return CausalLM(model)
 
-
-def _first_line(e: Exception) -> str:
-    return str(e).splitlines()[0][:160] if str(e) else type(e).__name__

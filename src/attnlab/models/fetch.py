@@ -33,9 +33,9 @@ from typing import Callable
 
 import torch
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import UsageError, first_line
 from attnlab.core.io import swap_into_place
-from attnlab.models.pretrained import KNOWN, KnownModel, first_line, folder_size, known, model_path, param_count
+from attnlab.models.pretrained import KNOWN, KnownModel, folder_size, known, model_path, param_count
 
 PROVENANCE = "attnlab-model.json"  # written last inside the folder, before the rename
 

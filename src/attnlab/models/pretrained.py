@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from attnlab.core.cache import cache_dir
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import UsageError, first_line
 
 
 @dataclass(frozen=True)
@@ -200,8 +200,3 @@ def load_model_and_tokenizer(name: str, dtype: torch.dtype = torch.float32):
     finally:
         hub_log.setLevel(level)
     return model.eval(), tokenizer
-
-
-def first_line(e: Exception) -> str:
-    """An exception's first line (or its type), short enough for a one-line error message."""
-    return str(e).splitlines()[0][:160] if str(e) else type(e).__name__

@@ -25,7 +25,7 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, tra
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from attnlab.core.cache import cache_dir
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import UsageError, first_line
 from attnlab.data.vocab import BASIC_ENGLISH_RULES, UNK, Vocab, basic_english
 
 EOS = "<|endoftext|>"
@@ -105,8 +105,7 @@ def load_tokenizer(path: str | Path) -> LabTokenizer:
     try:
         fast = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot read
-        detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise UsageError(f"tokenizer {path}: not a Hugging Face tokenizer folder ({detail})") from None
+        raise UsageError(f"tokenizer {path}: not a Hugging Face tokenizer folder ({first_line(e)})") from None
     # a word-level tokenizer has no byte fallback, so it cannot carry line breaks
     backend = getattr(fast, "backend_tokenizer", None)
     return LabTokenizer(fast, keeps_newlines=not (backend is not None and isinstance(backend.model, models.WordLevel)))

@@ -39,8 +39,13 @@ def bptt_batches(source: torch.Tensor, bptt: int) -> Iterator[Batch]:
         raise UsageError(f"bptt={bptt} but each stream holds {source.shape[0]} tokens: "
                          f"use 1 <= bptt <= {source.shape[0] - 1} or more text")
     for i in range(0, source.shape[0] - 1, bptt):
-        t = min(bptt, source.shape[0] - 1 - i)
-        yield source[i : i + t].t(), source[i + 1 : i + 1 + t].t()
+        yield _window(source, i, bptt)
+
+
+def _window(source: torch.Tensor, i: int, bptt: int) -> Batch:
+    """The (x, y) pair starting at row i of source (L, B): (B, T) each, T = bptt except at the end."""
+    t = min(bptt, source.shape[0] - 1 - i)
+    return source[i : i + t].t(), source[i + 1 : i + 1 + t].t()
 
 
 def random_windows(ids: torch.Tensor, batch: int, length: int, gen: torch.Generator) -> Batch:
@@ -89,9 +94,7 @@ class BPTT:
 
     def batch(self, source: torch.Tensor, step: int, gen: torch.Generator) -> Batch:
         n = (source.shape[0] - 2) // self.bptt + 1  # minibatches per epoch
-        i = (step % n) * self.bptt
-        t = min(self.bptt, source.shape[0] - 1 - i)
-        return source[i : i + t].t(), source[i + 1 : i + 1 + t].t()
+        return _window(source, (step % n) * self.bptt, self.bptt)
 
     def eval_batches(self, source: torch.Tensor, limit: int) -> Iterator[Batch]:
         return itertools.islice(bptt_batches(source, self.bptt), limit or None)  # 0: the whole split
