@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import torch
 from torch import nn
 
 from attnlab.models import arch
@@ -43,15 +44,25 @@ class SparseHeads:
 
     def _hook(self, layer: int):
         def hook(module, args, kwargs):
-            z = args[0] if args else kwargs["input"]  # (..., H * d_h)
-            zh = z.reshape(*z.shape[:-1], self.n_heads, -1)  # (..., H, d_h)
+            z, zh = head_inputs(args, kwargs, self.n_heads)
             norms = zh.float().norm(dim=-1)  # (..., H)
             mask = topk_mask(norms, self.keep)  # (..., H)
             if self.record is not None:
                 self.record.add("heads", layer, mask, norms)
             if self.k == self.n_heads:
                 return None  # keep 1: the identity
-            z = (zh * mask[..., None]).reshape(z.shape)  # (..., H * d_h)
-            return ((z, *args[1:]), kwargs) if args else (args, {**kwargs, "input": z})
+            return heads_zeroed(args, kwargs, z, zh, mask)
 
         return hook
+
+
+def head_inputs(args, kwargs, n_heads: int):
+    """From a forward pre-hook on the output projection: its input z (..., H * d_h) and z per head (..., H, d_h)."""
+    z = args[0] if args else kwargs["input"]
+    return z, z.reshape(*z.shape[:-1], n_heads, -1)
+
+
+def heads_zeroed(args, kwargs, z: torch.Tensor, zh: torch.Tensor, mask: torch.Tensor):
+    """The pre-hook's return: the projection's arguments with the heads outside ``mask`` (..., H) zeroed."""
+    z = (zh * mask[..., None]).reshape(z.shape)  # (..., H * d_h)
+    return ((z, *args[1:]), kwargs) if args else (args, {**kwargs, "input": z})

@@ -6,6 +6,7 @@ from torch import nn
 
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
+from attnlab.sparsity.heads import head_inputs, heads_zeroed
 from attnlab.sparsity.predictors import Predictors
 from attnlab.sparsity.rules import keep_count, topk_mask
 
@@ -88,12 +89,10 @@ class PredictedHeads:
 
     def _apply(self, layer: int):
         def hook(module, args, kwargs):
-            z = args[0] if args else kwargs["input"]  # (..., H * d_h)
-            zh = z.reshape(*z.shape[:-1], self.n_heads, -1)  # (..., H, d_h)
+            z, zh = head_inputs(args, kwargs, self.n_heads)
             mask = self._masks.pop(layer).reshape(zh.shape[:-1])  # (..., H)
             if self.record is not None:
                 self.record.add("heads", layer, mask, zh.float().norm(dim=-1))
-            z = (zh * mask[..., None]).reshape(z.shape)
-            return ((z, *args[1:]), kwargs) if args else (args, {**kwargs, "input": z})
+            return heads_zeroed(args, kwargs, z, zh, mask)
 
         return hook
