@@ -1,41 +1,50 @@
 """Sparse MLP speed: one layer's MLP (dense vs sparse layouts) and SmolLM2's decode, side by side in one run.
 
 (a) Kernel: one SwiGLU MLP with random weights at SmolLM2's size (576 x 1536) and Llama-2-7B's
-(4096 x 11008), batch 1 and 8, keep 50/35/25% of the neurons: dense; per-step ``index_select`` gather
-of W_gate, W_up and W_down^T rows; the same with W_down^T's rows summed in place by ``embedding_bag``
-(PowerInfer's axpy: no copy for the down projection); pre-gathered contiguous rows (a static set, copied once); the active-set cache (``ActiveSet``) fed a
-sequence of sets whose consecutive overlap is the one measured on SmolLM2 in (b) (or ``--overlap``).
-At batch 8 the step's set (the union of the rows' sets) has the keep fraction's size.
+(4096 x 11008), batch 1 and 8, keep 50/35/25% of the neurons: dense; ``gather`` (SparseMLP's layout:
+``index_select`` of the kept rows of W_gate and W_up every step, W_down^T's rows summed in place by
+``embedding_bag`` at batch 1, PowerInfer's axpy); CATS's gather (the dense gate decides, then only the
+kept rows of W_up and W_down^T); pre-gathered contiguous rows (a static set, copied once: the layout's
+upper bound); the active-set cache (``ActiveSet``) fed sets whose consecutive overlap is the one
+measured on SmolLM2 (full mode adds 0.5 and 0.9). At batch 8 the step's set (the union of the rows'
+sets) has the keep fraction's size. "cold": the timing cycles through as many copies of the layer as
+fill 512 MiB, so every call reads its weights from memory, as decode does (SmolLM2's 30 MLPs are
+318 MB); "hot": one layer called over and over, its weights cache-resident (a flattering dense).
 (b) End to end on SmolLM2: tokens/s of transformers' dense decode, of the same decode with every MLP
-returning zeros (the Amdahl ceiling), and of SparseMLP decode with the oracle's sets *given*: computed
-beforehand from the dense model's h on the same tokens and replayed by a rule, so choosing the set is
-not timed (the sets are the dense model's, not the ones the sparse model would pick: same sizes and
-overlap, which is what the timing depends on).
+returning zeros (the Amdahl ceiling), and of SparseMLP decode (i) with the oracle's sets *given*:
+computed beforehand from the dense model's h on the same tokens and replayed by a rule, so choosing the
+set is not timed; (ii) with Deja Vu's predictor (rank --rank, from the layer's own input) choosing the
+set inside the timed step: its cost included (untrained weights: the timing depends on its shape);
+(iii) with CATS choosing from the dense gate, its thresholds calibrated on KJV.
 
 The variants take turns (round-robin), repeated; figures are medians.
 
-    python benchmarks/bench_sparse_mlp.py --quick          # ~2 minutes on the 2-core CPU
+    python benchmarks/bench_sparse_mlp.py --quick          # ~4 minutes on the 2-core CPU
     python benchmarks/bench_sparse_mlp.py                  # full: more repeats, batch 8 end to end, overlap sweep
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import re
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import DynamicCache
 
 from attnlab.models import arch
 from attnlab.models.trace import Trace
-from attnlab.sparsity.gather import ActiveSet
-from attnlab.sparsity.mlp import SparseMLP
+from attnlab.sparsity.gather import ActiveSet, Scratch, rows_linear, rows_matmul
+from attnlab.sparsity.mlp import DENSE_ABOVE, SparseMLP
 from attnlab.sparsity.rules import keep_count, topk_mask
 
 KEEPS = (0.5, 0.35, 0.25)
 SIZES = {"SmolLM2 576x1536": (576, 1536), "Llama-2-7B 4096x11008": (4096, 11008)}
+COLD_BYTES = 512 * 2 ** 20  # the cold timing's layers together: far beyond any last-level cache
 
 
 def _sync(device: str) -> None:
@@ -73,67 +82,82 @@ def set_walk(n: int, k: int, overlap: float, steps: int, device: str, seed: int 
     return out
 
 
-def kernel_variants(d: int, n: int, batch: int, keep: float, overlaps: list[float], device: str) -> dict:
-    """The MLP of one layer, each layout as a no-argument step function (each call: the next token)."""
-    g = torch.Generator().manual_seed(0)
-    w_gate, w_up = (torch.randn(n, d, generator=g).to(device) / d ** 0.5 for _ in range(2))  # (n, d)
-    w_down = (torch.randn(d, n, generator=g) / n ** 0.5).to(device)  # (d, n)
-    w_down_t = w_down.T.contiguous()  # (n, d)
-    x = torch.randn(batch, d, generator=g).to(device)  # (B, d)
+class Layers:
+    """``copies`` SwiGLU MLPs of one size with random weights, in every layout a variant reads. Decode reads
+    each layer's weights once per token and the model's MLPs together far exceed the CPU's last-level
+    cache, so a timing that calls one layer over and over (its weights cache-resident) flatters dense;
+    cycling through copies whose bytes together exceed any cache times them as decode meets them."""
+
+    def __init__(self, d: int, n: int, copies: int, device: str, first: torch.Tensor):
+        g = torch.Generator().manual_seed(0)
+        self.gate, self.up, self.down, self.down_t, self.pre = [], [], [], [], []
+        for _ in range(copies):
+            gate, up = (nn.Linear(d, n, bias=False) for _ in range(2))
+            for lin in (gate, up):
+                lin.weight = nn.Parameter((torch.randn(n, d, generator=g) / d ** 0.5).to(device), requires_grad=False)
+            down = (torch.randn(d, n, generator=g) / n ** 0.5).to(device)  # (d, n): W_down, as the model holds it
+            down_t = down.T.contiguous()  # (n, d): the transposed copy SparseMLP makes once
+            self.gate.append(gate), self.up.append(up), self.down.append(down), self.down_t.append(down_t)
+            self.pre.append(ActiveSet((gate.weight, up.weight), down_t))
+            self.pre[-1].update(first)  # pre-gathered: the first set, copied once
+
+
+def kernel_variants(d: int, n: int, batch: int, keep: float, copies: int, overlaps: list[float], device: str) -> dict:
+    """The MLP of one layer, each layout as a step function of (copy i, token step s)."""
     k = keep_count(n, keep)
     walks = {o: set_walk(n, k, o, 64, device) for o in overlaps}
     rows = [m.nonzero().squeeze(1) for m in walks[overlaps[0]]]  # (k,) each
-    static = ActiveSet((w_gate, w_up), w_down_t)
-    static.update(walks[overlaps[0]][0])
-    step = {"i": 0}
+    lay = Layers(d, n, copies, device, walks[overlaps[0]][0])
+    x = torch.randn(batch, d, generator=torch.Generator().manual_seed(1)).to(device)  # (B, d)
+    scratch = Scratch()  # SparseMLP's one buffer for the copied rows
 
-    def dense():
-        return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)  # (B, d)
+    def dense(i, s):
+        return F.linear(F.silu(lay.gate[i](x)) * lay.up[i](x), lay.down[i])  # (B, d)
 
-    # the copies go to buffers allocated once: a fresh 45 MB tensor per call (7B size) would time the
-    # allocator's page faults, not the copy
-    scratch = [w_gate.new_empty(k, d) for _ in range(3)]  # (k, d) each
+    def gather(i, s):  # SparseMLP(mode="gather"): index_select W_gate, W_up rows; W_down^T rows summed (batch 1)
+        r = rows[s % len(rows)]
+        h = F.silu(rows_linear(x, lay.gate[i], r, scratch)) * rows_linear(x, lay.up[i], r, scratch)  # (B, k)
+        return rows_matmul(h, lay.down_t[i], r, None, scratch)  # (B, d)
 
-    def gathered_h():
-        r = rows[step["i"] % len(rows)]
-        step["i"] += 1
-        g, u = (torch.index_select(w, 0, r, out=s) for w, s in zip((w_gate, w_up), scratch))  # (k, d)
-        return r, F.silu(F.linear(x, g)) * F.linear(x, u)  # (B, k)
+    def cats(i, s):  # CATS: the dense gate decides; only the kept rows of W_up and W_down^T are read
+        r = rows[s % len(rows)]
+        a = F.silu(lay.gate[i](x))  # (B, n)
+        return rows_matmul(a.index_select(1, r) * rows_linear(x, lay.up[i], r, scratch), lay.down_t[i], r, None, scratch)
 
-    def gather():
-        r, h = gathered_h()
-        return h @ torch.index_select(w_down_t, 0, r, out=scratch[2])  # (B, d)
+    def cached(c: ActiveSet, mask=None):
+        if mask is not None:
+            c.update(mask)
+        y = c.forward_in(x)  # (B, k, 2)
+        return c.forward_out(F.silu(y[..., 0]) * y[..., 1], None)  # (B, d)
 
-    def axpy():  # W_down^T's rows summed in place, weighted by h (no copy)
-        r, h = gathered_h()
-        return F.embedding_bag(r.expand(batch, -1), w_down_t, per_sample_weights=h, mode="sum")  # (B, d)
-
-    def run(cache: ActiveSet, walk=None):
-        if walk is not None:
-            cache.update(walk[cache.steps % len(walk)])
-        y = cache.forward_in(x)  # (B, k, 2)
-        return cache.forward_out(F.silu(y[..., 0]) * y[..., 1], None)
-
-    fns = {"dense": dense, "index_select": gather, "index_select + axpy down": axpy, "pre-gathered": lambda: run(static)}
+    fns = {"dense": dense, "gather": gather, "CATS gather (dense gate)": cats,
+           "pre-gathered (static set)": lambda i, s: cached(lay.pre[i])}
     for o, walk in walks.items():
-        cache = ActiveSet((w_gate, w_up), w_down_t)
-        fns[f"cache o={o:.2f}"] = lambda c=cache, w=walk: run(c, w)
+        caches = [ActiveSet((lay.gate[i].weight, lay.up[i].weight), lay.down_t[i]) for i in range(copies)]
+        fns[f"cache o={o:.2f}"] = lambda i, s, c=caches, w=walk: cached(c[i], w[s % len(w)])
     return fns
 
 
 def bench_kernel(args, overlaps: list[float]) -> list[dict]:
-    rows = []
+    """Per size, batch and keep: {variant: median seconds per layer per token}, hot (one layer) and cold."""
+    out = []
     for size, (d, n) in SIZES.items():
-        for batch in (1, 8):
-            for keep in KEEPS:
-                fns = kernel_variants(d, n, batch, keep, overlaps, args.device)
-                inner = 4 if n > 4000 else 20
-                with torch.no_grad():
-                    t = round_robin(fns, args.repeats, inner, args.device)
-                rows.append({"size": size, "batch": batch, "keep": keep, **t})
-                print(f"  {size} batch {batch} keep {keep}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in t.items()),
-                      flush=True)
-    return rows
+        layer_bytes = 3 * d * n * 4
+        cold = max(1, math.ceil(COLD_BYTES / layer_bytes))
+        for where, copies in ((("hot", 1), ("cold", cold)) if n < 4000 else (("cold", cold),)):
+            for batch in (1, 8):
+                for keep in KEEPS:
+                    fns = kernel_variants(d, n, batch, keep, copies, overlaps, args.device)
+                    steps = max(2, 40 // copies) if n < 4000 else 6  # tokens per timing: every copy once per token
+                    layer_steps = {name: (lambda f=f: [f(i, s) for s in range(steps) for i in range(copies)])
+                                   for name, f in fns.items()}
+                    with torch.no_grad():
+                        t = round_robin(layer_steps, args.repeats, 1, args.device)
+                    t = {k: v / (steps * copies) for k, v in t.items()}
+                    out.append({"size": f"{size} {where}", "batch": batch, "keep": keep, **t})
+                    print(f"  {size} {where} ({copies} layers) batch {batch} keep {keep:.0%}: "
+                          + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in t.items()), flush=True)
+    return out
 
 
 class Given:
@@ -198,18 +222,33 @@ def decode_steps(model, ids: torch.Tensor, prefill: int, context, device: str) -
     return times[2:]  # the first steps shrink the prefill's union of sets: warm-up
 
 
-def e2e_variants(model, masks: dict, layouts) -> dict:
-    """Name -> a fresh context for one decode (a new Given rule each time: it replays from token 0)."""
+def e2e_variants(model, masks: dict, rules: dict, args) -> dict:
+    """Name -> a fresh context for one decode (fresh rules: the given sets replay from token 0)."""
     out = {"dense (transformers)": contextlib.nullcontext, "MLP skipped (ceiling)": lambda: no_mlp(model)}
     for keep, m in masks.items():
-        for mode in layouts:
-            out[f"{mode} keep {keep:.0%}"] = lambda m=m, mode=mode: SparseMLP(model, Given(m), mode=mode)
+        for mode in args.layouts if keep == KEEPS[0] else ("gather",):
+            out[f"{mode} keep {keep:.0%}, oracle set given"] = lambda m=m, mode=mode: SparseMLP(model, Given(m), mode=mode)
+        for name, rule in rules.get(keep, {}).items():
+            out[f"gather keep {keep:.0%}, {name}"] = lambda rule=rule: SparseMLP(model, rule, mode="gather")
     return out
 
 
-def bench_e2e(args, model, ids: torch.Tensor, masks: dict) -> dict[str, float]:
+def chosen_rules(model, calib: torch.Tensor, keeps, rank: int) -> dict:
+    """Per keep the rules whose choice is timed with the decode: Deja Vu's predictor (own input, rank
+    ``rank``; untrained weights, as the timing depends on its shape, not its accuracy) and CATS (its
+    thresholds calibrated on ``calib``: the dense gate decides)."""
+    from attnlab.sparsity.measure import rule_builder
+    from attnlab.sparsity.predicted import Predicted
+    from attnlab.sparsity.predictors import new_predictors
+
+    cats = rule_builder(model, "cats", calib, window=calib.numel())
+    return {keep: {f"predictor r={rank} (cost included)": Predicted(keep, own=new_predictors(model, "bench", rank, keep, "own")),
+                   "CATS (dense gate; cost included)": cats(keep)} for keep in keeps}
+
+
+def bench_e2e(args, model, ids: torch.Tensor, masks: dict, rules: dict) -> dict[str, float]:
     """Each variant decodes the same tokens in turn, ``repeats`` rounds: {name: median s per step}."""
-    variants = e2e_variants(model, masks, args.layouts)
+    variants = e2e_variants(model, masks, rules, args)
     times = {k: [] for k in variants}
     for r in range(args.repeats):
         for name, ctx in variants.items():
@@ -237,7 +276,8 @@ def e2e_table(t: dict[str, float], batch: int) -> str:
     lines = ["| decode | ms / step | tokens/s | vs dense | Amdahl ceiling at this keep | share of ceiling |",
              "|---|---|---|---|---|---|"]
     for name, s in t.items():
-        keep = float(name.split("keep ")[1].rstrip("%")) / 100 if "keep" in name else None
+        found = re.search(r"keep (\d+)%", name)
+        keep = int(found.group(1)) / 100 if found else None
         ceil = dense / (skip + keep * (dense - skip)) if keep else None
         lines.append(f"| {name} | {s * 1e3:.2f} | {batch / s:.1f} | {dense / s:.2f}x | "
                      + (f"{ceil:.2f}x | {(dense / s) / ceil:.0%} |" if ceil else "| |"))
@@ -251,6 +291,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     p.add_argument("--model", default="smollm2")
     p.add_argument("--overlap", type=float, default=None, help="the cache's set overlap (default: measured)")
+    p.add_argument("--rank", type=int, default=128, help="the timed predictor's rank r (dejavu's default)")
     p.add_argument("--skip-kernel", action="store_true")
     p.add_argument("--skip-e2e", action="store_true")
     args = p.parse_args(argv)
@@ -268,6 +309,7 @@ def main(argv=None) -> int:
     ids = text_ids(tok, "wikitext-2/valid.txt", max(batches) * (args.prefill + decode))
     ids = ids.view(max(batches), -1).to(args.device)  # (B, T): B different stretches of text
     masks, overlap = oracle_masks(model, ids, KEEPS)
+    rules = chosen_rules(model, text_ids(tok, "kjv", 1024).to(args.device), KEEPS, args.rank)
     print("\nConsecutive-token overlap of the oracle sets (share of token t's set in token t+1's; mean over "
           "layers, lowest layer, highest layer):")
     for keep, (mean, lo, hi) in overlap.items():
@@ -280,9 +322,15 @@ def main(argv=None) -> int:
     if not args.skip_e2e:
         for b in batches:
             print(f"\n(b) {args.model} decode, batch {b}, prefill {args.prefill}, {decode} steps "
-                  "(first 2 untimed), oracle sets given:", flush=True)
+                  "(first 2 untimed):", flush=True)
             sub = {k: {i: m[:b] for i, m in v.items()} for k, v in masks.items()}
-            print("\n" + e2e_table(bench_e2e(args, model, ids[:b], sub), b))
+            if b > 1:  # what one gather per step would copy: the union of the b rows' sets
+                share = {k: float(torch.stack([m.any(0).float().mean() for m in v.values()]).mean())
+                         for k, v in sub.items()}
+                print("  union of the rows' oracle sets, share of neurons (mean over layers and steps): "
+                      + ", ".join(f"keep {k:.0%}: {u:.1%}" for k, u in share.items()) + "; above "
+                      f"{DENSE_ABOVE:.0%} SparseMLP's gather mode computes the step densely", flush=True)
+            print("\n" + e2e_table(bench_e2e(args, model, ids[:b], sub, rules), b))
     return 0
 
 

@@ -13,10 +13,11 @@ import torch
 
 import attnlab
 from attnlab import cli
+from attnlab.core import io
 from attnlab.core.errors import ConfigError
 from attnlab.core.registry import Registry
-from attnlab.experiments.claims import check
-from attnlab.experiments import registry, runner
+from attnlab.experiments.claims import check, erratum, finding
+from attnlab.experiments import registry
 
 EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "joma-invariants", "joma-linear", "joma-nonlinear",
                "joma-cooccurrence", "joma-hierarchy")
@@ -97,33 +98,33 @@ def test_every_capability_cli_is_found_and_every_command_dispatches():
 def test_a_new_capability_is_found_without_editing_a_list(tmp_path, monkeypatch, capsys):
     """A package with cli.py and experiments.py: its command appears in --help under its GROUP and
     runs; its experiment appears in `attnlab list` under its package's name, after the talk's parts."""
-    pkg = tmp_path / "probe"
+    pkg = tmp_path / "lens"
     pkg.mkdir()
     (pkg / "__init__.py").write_text('"""A capability made up for this test."""\n')
     (pkg / "cli.py").write_text(
-        '"""attnlab probe"""\nGROUP = "inference"\n\n'
+        '"""attnlab lens"""\nGROUP = "inference"\n\n'
         "def add_commands(sub):\n"
-        '    sub.add_parser("probe", help="a made-up command").set_defaults(func=lambda args: 7)\n')
+        '    sub.add_parser("lens", help="a made-up command").set_defaults(func=lambda args: 7)\n')
     (pkg / "experiments.py").write_text(
         '"""a made-up experiment"""\nimport dataclasses\n'
         "from attnlab.experiments.registry import Result, register\n\n"
         "@dataclasses.dataclass\nclass Cfg:\n    x: int = 1\n\n"
-        '@register("probe-exp", "a made-up experiment", Cfg)\n'
+        '@register("lens-exp", "a made-up experiment", Cfg)\n'
         "def run(cfg, ctx):\n    return Result([])\n")
     with_run(monkeypatch)
     monkeypatch.setattr(attnlab, "__path__", [*attnlab.__path__, str(tmp_path)])
     try:
-        assert "attnlab.probe.cli" in cli.capability_clis()
-        assert "attnlab.probe.experiments" in registry.experiment_modules()
-        assert cli.main(["probe"]) == 7
+        assert "attnlab.lens.cli" in cli.capability_clis()
+        assert "attnlab.lens.experiments" in registry.experiment_modules()
+        assert cli.main(["lens"]) == 7
         with pytest.raises(SystemExit):
             cli.main(["--help"])
-        assert "probe" in _help_sections(capsys.readouterr().out)["inference"]
-        assert registry.load_all()["probe-exp"].part == "probe"
+        assert "lens" in _help_sections(capsys.readouterr().out)["inference"]
+        assert registry.load_all()["lens-exp"].part == "lens"
         listing = run(["list"], capsys)[1].rstrip().splitlines()
-        assert listing[-2:] == ["probe", "  probe-exp              a made-up experiment"]  # after the talk's parts
+        assert listing[-2:] == ["lens", "  lens-exp               a made-up experiment"]  # after the talk's parts
     finally:
-        for name in [m for m in sys.modules if m.startswith("attnlab.probe")]:
+        for name in [m for m in sys.modules if m.startswith("attnlab.lens")]:
             del sys.modules[name]
 
 
@@ -142,13 +143,14 @@ def test_list_follows_the_talk(capsys):
     code, out, err = run(["list"], capsys)
     assert code == 0 and err == ""
     parts = _listing(out)
-    talk = ["Scan&Snap", "JoMA", "real text", "KV-cache policies", "RoPE scaling"]
-    assert [p for p, _ in parts][:5] == talk
+    talk = ["Scan&Snap", "JoMA", "real text", "probes: inside a pretrained model", "KV-cache policies", "RoPE scaling"]
+    assert [p for p, _ in parts][:6] == talk
     names = dict(parts)
     assert names["Scan&Snap"] == ["scansnap-fig4", "scansnap-fig6", "scansnap-theorems"]  # registration order
     assert set(names["JoMA"]) == {"joma-invariants", "joma-linear", "joma-nonlinear", "joma-cooccurrence",
                                   "joma-hierarchy"}
     assert names["real text"] == ["scansnap-fig7", "joma-wikitext"]
+    assert names["probes: inside a pretrained model"] == ["probes"]
     assert names["KV-cache policies"] == ["streaming-ppl", "h2o-ppl"]
     assert names["RoPE scaling"] == ["passkey", "rope-zero-shot", "pi-finetune"]  # experiments, then exp_*
     assert [n for _, ns in parts for n in ns] == list(registry.load_all())
@@ -158,7 +160,7 @@ def test_list_follows_the_talk(capsys):
     ("attnlab.theory.scansnap.experiments", "Scan&Snap"), ("attnlab.theory.joma.exp_ode", "JoMA"),
     ("attnlab.train.exp_fig7", "real text"), ("attnlab.kv.experiments", "KV-cache policies"),
     ("attnlab.rope.exp_pi_finetune", "RoPE scaling"), ("attnlab.sparse.experiments", "sparse"),
-    ("attnlab.probes.deep.exp_x", "probes")])
+    ("attnlab.lens.deep.exp_x", "lens"), ("attnlab.probes.experiments", "probes: inside a pretrained model")])
 def test_the_part_of_the_talk_follows_the_module(module, part):
     assert registry.part_of(module) == part
 
@@ -211,7 +213,7 @@ def test_fig4_writes_the_contract(fig4_run):
         assert isinstance(c["holds"], bool)
         # holds is recomputable from the other fields by the named rule
         assert check(c["claim"], c["measured"], c["expected"], c["tolerance"], c["test"]).holds == c["holds"]
-    assert metrics["all_hold"] == all(c["holds"] for c in metrics["claims"])
+    assert metrics["all_hold"] == (metrics["claim_counts"]["fails"] == 0)
     assert metrics["claim_counts"] == {s: sum(c["status"] == s for c in metrics["claims"])
                                        for s in ("holds", "fails", "erratum", "finding")}
     assert metrics["steps_shown"][-1] == 12
@@ -446,7 +448,7 @@ def test_out_that_cannot_be_replaced_keeps_the_finished_run_and_says_where(tmp_p
     def refuse(build, target):
         raise OSError(16, "Device or resource busy")
 
-    monkeypatch.setattr(runner, "swap_into_place", refuse)
+    monkeypatch.setattr(io, "swap_into_place", refuse)  # staged_dir's last rename
     out_dir = tmp_path / "mnt"
     code, _, err = run(["reproduce", "scansnap-fig4", "--out", out_dir, "--set", "sgd.steps=2"], capsys)
     assert_usage_error(code, err, "the results are in")
@@ -507,4 +509,18 @@ def test_metrics_are_strict_json(tmp_path, capsys, monkeypatch):
 
     m = json.loads(text, parse_constant=refuse)
     assert m["loss"] is None and m["inf"] == [None] and m["claims"][0]["measured"] is None
-    assert m["claims"][0]["holds"] is False and m["claim_counts"]["fails"] == 1
+    assert m["claims"][0]["holds"] is False and m["claim_counts"]["fails"] == 1 and m["all_hold"] is False
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_all_hold_means_no_claim_fails(tmp_path, capsys, monkeypatch, fails):
+    """Errata and findings are not failures: all_hold is false only when a checked claim fails."""
+    def claims_run(cfg, ctx):
+        claims = [*erratum(check("as printed", 2.0, 1.0), check("corrected", 2.0, 2.0)), finding("a size", 3.0)]
+        return registry.Result(claims + [check("one more", 1.0, 0.0 if fails else 1.0)], {})
+
+    with_run(monkeypatch, "scansnap-fig4", claims_run)
+    assert run(["reproduce", "scansnap-fig4", "--out", tmp_path / "r"], capsys)[0] == 0
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert m["claim_counts"] == {"holds": 2 - fails, "fails": int(fails), "erratum": 1, "finding": 1}
+    assert m["all_hold"] is (not fails)

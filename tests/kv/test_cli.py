@@ -64,12 +64,12 @@ def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
 
 @pytest.mark.slow
 def test_stream_into_an_out_that_cannot_be_replaced(setup, tmp_path, capsys, monkeypatch):
-    from attnlab.experiments import runner
+    from attnlab.core import io
 
     def refuse(build, target):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(runner, "swap_into_place", refuse)
+    monkeypatch.setattr(io, "swap_into_place", refuse)  # staged_dir's last rename
     model, text = setup
     rc = main(["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--budget", "8",
                "--out", str(tmp_path / "ro")])

@@ -51,14 +51,24 @@ def test_experiment_runs_end_to_end_states_its_claims_and_reloads(setup, tmp_pat
     m2 = json.loads((again / "metrics.json").read_text())
     assert m2["scores"] == m["scores"] and m2["ppl"] == m["ppl"] and m2["train_bce"] is None
     assert m2["heads_scores"] == m["heads_scores"] and m2["heads_ppl"] == m["heads_ppl"]
+    beside = {p.name for p in (model / "predictors").iterdir()}  # also saved beside the model's weights
+    assert beside == {f"{u}-{s}-r16-keep0.5" for u in ("neurons", "heads") for s in ("own", "lookahead")}
+    third = tmp_path / "beside"  # reloads them from there: the same scores again
+    assert _reproduce(third, f"model={model}", f"text={text}", "predictors=beside", "heads_keep=0.5") == 0
+    m3 = json.loads((third / "metrics.json").read_text())
+    assert m3["scores"] == m["scores"] and m3["heads_ppl"] == m["heads_ppl"] and m3["train_bce"] is None
+    assert main(["reproduce", "dejavu", "--out", str(tmp_path / "r32"), "--set", f"model={model}", "--set",
+                 f"text={text}", "--set", "predictors=beside", "--set", "rank=32"]) == 2  # none at this rank
 
 
 @pytest.mark.slow
 def test_quick_mode_reports_findings_only(setup, tmp_path):
     model, text, train = setup
     out = tmp_path / "run"
-    assert _reproduce(out, f"model={model}", f"text={text}", f"train_texts={train}", "judge=false") == 0
+    assert _reproduce(out, f"model={model}", f"text={text}", f"train_texts={train}", "judge=false",
+                      "beside=false") == 0
     assert {c["status"] for c in json.loads((out / "metrics.json").read_text())["claims"]} == {"finding"}
+    assert (out / "predictors" / "own").is_dir() and not (model / "predictors").exists()  # the run's copy only
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -80,3 +90,12 @@ def test_uncached_model_is_a_missing_resource(setup, tmp_path):
     _, text, train = setup
     with pytest.raises(MissingResource):
         run_dejavu(DejaVuConfig(text=str(text), train_texts=(str(train),)), SimpleNamespace(device="cpu"))
+
+
+def test_predictors_beside_an_untrained_model_is_one_line_exit_2(setup, tmp_path, capsys):
+    model, text, _ = setup
+    assert _reproduce(tmp_path / "run", f"model={model}", f"text={text}", "predictors=beside") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no neurons predictors (own, keep 0.5, r 16) beside model" in err
+    assert "train them first with `attnlab reproduce dejavu" in err and "--set rank=16" in err
+    assert not (tmp_path / "run").exists()

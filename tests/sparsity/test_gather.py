@@ -63,3 +63,18 @@ def test_only_entering_neurons_are_counted_as_copied():
     c.update(second)
     assert (c.entered, c.kept, c.steps) == (25, 15, 2)
     assert c.reuse() == 15 / 40
+
+
+def test_scratch_copies_the_rows_into_one_reused_buffer():
+    from attnlab.sparsity.gather import Scratch
+
+    g = torch.Generator().manual_seed(0)
+    w, big = torch.randn(10, 4, generator=g, requires_grad=True), torch.randn(20, 6, generator=g)
+    scratch = Scratch()
+    a = scratch.rows(w, torch.tensor([7, 2, 5]))
+    assert torch.equal(a, w.detach()[[7, 2, 5]])  # also under grad mode: the copy reads detached weights
+    ptr = scratch.buf.data_ptr()
+    b = scratch.rows(w, torch.tensor([0, 9]))
+    assert torch.equal(b, w.detach()[[0, 9]]) and scratch.buf.data_ptr() == ptr  # no new allocation
+    c = scratch.rows(big, torch.arange(15))
+    assert torch.equal(c, big[:15]) and scratch.buf.numel() >= big.numel()  # grown once for the larger weight

@@ -144,7 +144,7 @@ def test_load_texts_refuses_to_calibrate_on_the_evaluation_text_and_splits_the_c
                                        (str(tmp_path / "a.txt"), str(tmp_path / "b.txt")), 11)
     assert ids.shape == (10,) and calib.shape == (11,)
     assert len(set(calib[:6].tolist())) == 1 and len(set(calib[6:].tolist())) == 1  # 6 of a, 5 of b
-    with pytest.raises(ConfigError, match="calibration text=.*has only 50 tokens"):
+    with pytest.raises(ConfigError, match="calibration text=.*has only 51 tokens"):  # 50 bytes and the line break
         measure.load_texts(str(model), str(tmp_path / "test.txt"), 10, (str(tmp_path / "a.txt"),), 60)
 
 
@@ -168,3 +168,17 @@ def test_layer_profile_reads_what_a_sparse_run_kept(tiny_models):
         measure.perplexity(model, ids, window=32)
     p = measure.layer_profile(record)
     assert len(p["x_kept"]) == 2 and p["overall_x_kept"] == pytest.approx(0.5, abs=0.03)
+
+
+@pytest.mark.parametrize("arch_name", ["llama", "gpt2"])
+def test_dense_stats_is_the_three_separate_measurements_in_one_pass(tiny_models, arch_name):
+    model, ids = tiny_models[arch_name], _ids(49, 3)  # windows of 24: the last holds one token, scores none
+    ppl, cos, overlap = measure.dense_stats(model, ids, (0.5, 0.25), window=24)
+    assert ppl == measure.perplexity(model, ids, window=24)
+    assert torch.equal(cos.layer, measure.cross_layer_cosine(model, ids, window=24).layer)
+    assert set(overlap) == {0.5, 0.25}
+    for keep, got in overlap.items():
+        assert torch.equal(got, measure.consecutive_overlap(model, ids, keep, window=24))
+    assert not torch.equal(overlap[0.5], overlap[0.25])  # each keep its own sets
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        measure.dense_stats(model, ids[:1], (0.5,), window=24)

@@ -93,10 +93,19 @@ def _decode(model, ids, steps: int, context) -> list[torch.Tensor]:
     return outs
 
 
+@pytest.fixture(params=["rows", "dense"])
+def gather_path(request, monkeypatch):
+    """Gather mode both ways: always the kept union's rows, or always the dense fallback (a large union)."""
+    from attnlab.sparsity import mlp
+
+    monkeypatch.setattr(mlp, "DENSE_ABOVE", 1.0 if request.param == "rows" else 0.0)
+    return request.param
+
+
 @pytest.mark.parametrize("name", ARCHS)
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("mode", ["gather", "cached"])
-def test_gather_equals_mask_for_the_oracle_in_prefill_and_decode(tiny_models, name, batch, mode):
+def test_gather_equals_mask_for_the_oracle_in_prefill_and_decode(tiny_models, name, batch, mode, gather_path):
     model, ids = tiny_models[name], _ids(batch, 9)
     masked = _decode(model, ids, 4, lambda: SparseMLP(model, Oracle(0.25), mode="mask"))
     gathered = _decode(model, ids, 4, lambda: SparseMLP(model, Oracle(0.25), mode=mode))
@@ -108,7 +117,7 @@ def test_gather_equals_mask_for_the_oracle_in_prefill_and_decode(tiny_models, na
 
 @pytest.mark.parametrize("name", ARCHS)
 @pytest.mark.parametrize("rule_name", ["cats", "teal", "static"])
-def test_gather_equals_mask_for_every_rule(tiny_models, name, rule_name):
+def test_gather_equals_mask_for_every_rule(tiny_models, name, rule_name, gather_path):
     model, ids = tiny_models[name], _ids(3, 10)
     rule = _rules(model, _ids(4, 16, seed=2), 0.5)[rule_name]  # calibrated on another text
     outs = {}

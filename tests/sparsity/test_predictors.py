@@ -1,14 +1,20 @@
 """Deja Vu's predictors on tiny random models: they learn well above chance on held-out tokens, save and
-reload exactly, refuse another model, and run as a SparseMLP rule in mask and gather modes alike."""
+reload exactly (in a run folder and beside the model's weights), refuse another model, and run as a
+SparseMLP rule in mask and gather modes alike."""
+import shutil
+
 import pytest
 import torch
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import ConfigError, UsageError
+from attnlab.evals.inputs import load_model
+from attnlab.sparsity import predictors as predictors_mod
 from attnlab.sparsity.mlp import SparseMLP, SparsityRecord
-from attnlab.sparsity.predicted import Predicted, PredictedHeads
-from attnlab.sparsity.predictors import SOURCES, load_predictors, new_predictors, score, train
+from attnlab.sparsity.predicted import Predicted, PredictedHeads, saved_rule
+from attnlab.sparsity.predictors import (SOURCES, beside_folder, find_beside, load_predictors, new_predictors,
+                                         save_beside, score, train)
 from attnlab.sparsity.rules import topk_mask
-from tiny_models import V, tiny
+from tiny_models import V, save_hf, tiny
 
 
 def _ids(n, seed):
@@ -119,3 +125,71 @@ def test_head_predictors_learn_and_run_as_predicted_heads():
     assert record.layers("heads") == [0, 1, 2] and record.kept_fraction(what="heads") == 0.5
     with pytest.raises(UsageError, match="scores 8 heads, the layer has 64"):
         SparseMLP(model, Predicted(0.5, *preds))
+
+
+def test_saved_beside_the_model_and_reloaded_from_there(tmp_path):
+    folder = save_hf(tmp_path / "m")
+    model, _ = load_model(str(folder))
+    preds = [new_predictors(model, str(folder), 8, 0.5, s) for s in SOURCES]
+    with torch.no_grad():
+        preds[0].b2.add_(torch.arange(64.0))  # not the seeded initial state: a reload must read the file
+    saved = [save_beside(p, str(folder)) for p in preds]
+    assert saved == [folder / "predictors" / f"neurons-{s}-r8-keep0.5" for s in SOURCES]
+    assert sorted(f.name for f in (folder / "predictors").iterdir()) == sorted(f.name for f in saved)  # nothing aside
+    rule, read = saved_rule(model, str(folder), 0.5)  # lookahead (default) reads own too, for layer 0
+    assert read == saved and rule.own.meta == preds[0].meta and rule.lookahead.meta == preds[1].meta
+    x = torch.randn(3, 32)
+    assert torch.equal(rule.own.logits(x, 0), preds[0].logits(x, 0))
+    assert find_beside(str(folder), "neurons", "own", 0.5, r=8) == saved[0]
+    with pytest.raises(ConfigError, match="no neurons predictors .own, keep 0.25. beside model .*train them first "
+                                          "with `attnlab reproduce dejavu"):
+        find_beside(str(folder), "neurons", "own", 0.25)
+    new_predictors(model, str(folder), 16, 0.5, "own").save(beside_folder(str(folder), "neurons", "own", 16, 0.5))
+    with pytest.raises(ConfigError, match="ranks 8, 16 are saved .*--predictor-rank"):
+        find_beside(str(folder), "neurons", "own", 0.5)
+
+
+def test_an_interrupted_save_leaves_the_previous_predictors_whole(tmp_path, monkeypatch):
+    model = tiny("llama")
+    p = new_predictors(model, "tiny", 8, 0.5, "own")
+    p.save(tmp_path / "own")
+    before = (tmp_path / "own" / predictors_mod.WEIGHTS).read_bytes()
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(predictors_mod, "write_json", killed)
+    with torch.no_grad():
+        p.w1.mul_(2)
+    with pytest.raises(KeyboardInterrupt):
+        p.save(tmp_path / "own")
+    assert (tmp_path / "own" / predictors_mod.WEIGHTS).read_bytes() == before
+    assert [f.name for f in tmp_path.iterdir()] == ["own"]  # no half-written folder beside it
+
+
+def test_an_unwritable_model_folder_warns_in_one_line_and_saves_nothing(tmp_path, capsys):
+    folder = save_hf(tmp_path / "m", tokenizer=False)
+    (folder / "predictors").write_text("in the way")  # a file where the folder would go (root ignores modes)
+    p = new_predictors(tiny("llama"), "tiny", 8, 0.5, "own")
+    for name in (str(folder), "owner/hub-model"):  # a hub id has no folder to save beside
+        assert save_beside(p, name) is None
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("attnlab: warning: predictors not saved beside model") and len(err.splitlines()) == 1
+        assert "the run folder keeps them" in err
+
+
+@pytest.mark.parametrize("other, what", [(dict(num_hidden_layers=3), "layer count 2 .saved. vs 3"),
+                                         (dict(seed=1), "model fingerprint")])
+def test_a_saved_rule_refuses_another_models_predictors_and_a_wrong_keep(tmp_path, other, what):
+    model = tiny("llama")
+    for s in SOURCES:
+        new_predictors(model, "tiny", 8, 0.5, s).save(tmp_path / s)
+    another = tiny("llama", **other)
+    with pytest.raises(UsageError, match=what) as e:
+        saved_rule(another, "x", 0.5, "lookahead", str(tmp_path))
+    assert "\n" not in str(e.value)
+    with pytest.raises(UsageError, match="trained for keep 0.5, not 0.25"):
+        saved_rule(model, "x", 0.25, "own", str(tmp_path))
+    shutil.copytree(tmp_path / "lookahead", tmp_path / "mixed" / "own")
+    with pytest.raises(UsageError, match="holds lookahead neurons predictors, not own"):
+        saved_rule(model, "x", 0.5, "own", str(tmp_path / "mixed"))

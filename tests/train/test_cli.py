@@ -55,13 +55,19 @@ def test_bad_input_leaves_the_run_untouched(corpus, tmp_path, capsys):
     for extra, fragment in [
         (["--steps", "4", "--resume", "--lr", "1"], "different config"),
         (["--steps", "4"], "already holds a run"),
-        (["--steps", "4", "--resume", "--bptt", "500"], "bptt=500 is longer"),
+        # two things wrong: the changed setting is named first (checked before the text is read)
+        (["--steps", "4", "--resume", "--bptt", "500"], "--bptt 8 then, 500 now"),
         (["--steps", "4", "--resume", "--max-vocab", "0"], "vocabulary limit 0"),
         (["--steps", "4", "--resume", "--optimizer", "lion"], "optimizer"),
     ]:
         assert _train(corpus, out, *extra) == 2
         _assert_one_line(capsys, fragment)
         assert _files(out) == before
+    assert _train(corpus, tmp_path / "new", "--steps", "4", "--bptt", "500") == 2  # alone, the length is named
+    _assert_one_line(capsys, "bptt=500 is longer")
+    assert not (tmp_path / "new").exists()
+    assert _train(str(tmp_path / "gone.txt"), out, "--steps", "4", "--resume", "--lr", "1") == 2  # no text read
+    _assert_one_line(capsys, "different config")
 
 
 def test_missing_or_empty_corpus(tmp_path, capsys, monkeypatch):

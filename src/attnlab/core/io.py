@@ -84,11 +84,36 @@ def clean_stale(parent: Path, name: str) -> list[Path]:
     return removed
 
 
+class NotPlaced(OSError):
+    """A finished folder could not replace its target; it is kept, complete, at ``kept``."""
+
+    def __init__(self, target: Path, kept: Path, reason: str):
+        super().__init__(f"{target}: the finished folder could not be moved into place ({reason}); it is in {kept}")
+        self.target, self.kept, self.reason = target, kept, reason
+
+
+def _place(stage: Path, target: Path) -> None:
+    """Move the finished ``stage`` into ``target``; if that fails, keep it, visibly, and say where."""
+    try:
+        swap_into_place(stage, target)
+    except OSError as e:
+        kept = target.with_name(f"{target.name}.finished-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        try:  # a visible name: clean_stale removes only hidden staging folders
+            stage.replace(kept)
+        except OSError:
+            kept = stage
+        raise NotPlaced(target, kept, e.strerror or str(e)) from e
+
+
 @contextlib.contextmanager
 def staged_dir(target: Path) -> Iterator[Path]:
-    """Yield a fresh hidden sibling folder; when the block succeeds it replaces ``target`` whole;
-    when it raises, the staging folder is removed and ``target`` is untouched."""
+    """Yield a fresh hidden sibling folder of ``target`` (parent folders made as needed). When the block
+    succeeds it replaces ``target`` whole; if that last rename fails, the finished folder is kept under a
+    visible sibling name and :class:`NotPlaced` says where. When the block raises, the staging folder
+    and the parent folders made for it are removed, and ``target`` is untouched."""
     target = Path(target)
+    created = [p for p in target.parents if not p.exists()]  # innermost first
+    target.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(target.parent, target.name)
     stage = target.with_name(f".{target.name}.partial-{os.getpid()}-{time.monotonic_ns()}")
     stage.mkdir()
@@ -96,5 +121,8 @@ def staged_dir(target: Path) -> Iterator[Path]:
         yield stage
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
+        for p in created:  # only folders made here, and only if still empty
+            with contextlib.suppress(OSError):
+                p.rmdir()
         raise
-    swap_into_place(stage, target)
+    _place(stage, target)

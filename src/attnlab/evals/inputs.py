@@ -21,12 +21,14 @@ def load_model(name: str, device: str = "cpu"):
 
 
 def text_ids(tok, text: str, tokens: int, fix: str | None = None) -> torch.Tensor:
-    """The first ``tokens`` token ids (T,) of ``text`` (a corpus name or file); ConfigError if shorter.
+    """The first ``tokens`` token ids (T,) of ``text`` (a corpus name or file), its line breaks kept (the
+    model sees the text as written: joined without them, KJV's verses and War and Peace's wrapped lines
+    run words together, which doubles SmolLM2's PPL on them); ConfigError if shorter.
     ``fix``: how the caller's user names the text (default ``--set text=PATH``)."""
     lines = read_corpus(text, "text", fix)
     ids, used = [], 0
     while len(ids) < tokens and used < len(lines):  # tokenise only what is needed
-        chunk = "".join(lines[used:used + 2000])
+        chunk = "".join(line + "\n" for line in lines[used:used + 2000])
         used += 2000
         ids += tok(chunk, add_special_tokens=False)["input_ids"]
     if len(ids) < tokens:

@@ -25,6 +25,7 @@ PARTS = (
     ("attnlab.theory.scansnap", "Scan&Snap"),
     ("attnlab.theory.joma", "JoMA"),
     ("attnlab.train", "real text"),
+    ("attnlab.probes", "probes: inside a pretrained model"),
     ("attnlab.kv", "KV-cache policies"),
     ("attnlab.rope", "RoPE scaling"),
     ("attnlab.sparsity", "contextual sparsity"),

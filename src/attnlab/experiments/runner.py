@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import torch
 
 from attnlab import __version__
 from attnlab.core.errors import UsageError
-from attnlab.core.io import clean_stale, swap_into_place, write_atomic, write_json
+from attnlab.core.io import NotPlaced, staged_dir, write_atomic, write_json
 from attnlab.experiments import config as config_mod
 from attnlab.experiments.claims import tally
 from attnlab.experiments.registry import Experiment, Result
@@ -84,7 +83,8 @@ def resolve_config(exp: Experiment, overrides: dict[str, str], seeds: int | None
 
 @contextlib.contextmanager
 def staged_output(out: Path) -> Iterator[Path]:
-    """Yield a fresh staging folder; on success it replaces ``out`` (renamed within the same parent)."""
+    """:func:`attnlab.core.io.staged_dir` for ``--out``: the folder is checked first, and failures to
+    write or to move the finished run into place are one-line usage errors naming --out."""
     out = Path(out).expanduser().absolute()
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file: give a folder path")
@@ -92,37 +92,21 @@ def staged_output(out: Path) -> Iterator[Path]:
         raise UsageError(f"--out {out} already holds other files: choose an empty or new folder")
     if os.path.ismount(out):  # a mount point cannot be renamed, so a finished run could not replace it
         raise UsageError(f"--out {out} is a mount point: give a folder inside it, e.g. --out {out / 'run'}")
-    created = [p for p in out.parents if not p.exists()]  # removed again if the run fails
+    phase = "setup"  # where an OSError came from: making the staging folder, the run, or the last rename
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale(out.parent, out.name)  # staging folders of killed runs
-        stage = out.parent / f".{out.name}.partial-{os.getpid()}-{time.monotonic_ns()}"
-        stage.mkdir()
+        with staged_dir(out) as stage:
+            phase = "run"
+            yield stage
+            phase = "place"
+    except NotPlaced as e:
+        if phase != "place":  # a folder the run itself could not place: its own error
+            raise
+        raise UsageError(f"the run finished but could not be moved into --out {out} ({e.reason}); "
+                         f"the results are in {e.kept}") from None
     except OSError as e:
+        if phase != "setup":
+            raise
         raise UsageError(f"cannot write to --out {out} ({e.strerror}): choose a writable folder") from None
-    try:
-        yield stage
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        for p in created:  # innermost first; only folders this run made, and only if still empty
-            with contextlib.suppress(OSError):
-                p.rmdir()
-        raise
-    _place(stage, out)
-
-
-def _place(stage: Path, out: Path) -> None:
-    """Move the finished run into ``out``; if that fails, keep it, visibly, and say where."""
-    try:
-        swap_into_place(stage, out)
-    except OSError as e:
-        kept = out.with_name(f"{out.name}.finished-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-        try:  # a visible name: the next run's clean_stale removes only hidden staging folders
-            stage.replace(kept)
-        except OSError:
-            kept = stage
-        raise UsageError(f"the run finished but could not be moved into --out {out} ({e.strerror or e}); "
-                         f"the results are in {kept}") from None
 
 
 def run_into(exp: Experiment, cfg: Any, out: Path, device: str, command: str) -> Result:
@@ -138,11 +122,13 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
     result = exp.run(cfg, ctx)
     seconds = time.perf_counter() - t0
     config = {"experiment": exp.name, **config_mod.to_json(cfg), "device": device}
+    counts = tally(result.claims)
     metrics = {
         "experiment": exp.name,
         "claims": [c.to_json() for c in result.claims],
-        "all_hold": all(c.holds for c in result.claims),
-        "claim_counts": tally(result.claims),
+        # "no claim fails", as `attnlab demo --strict` reads it: errata and findings are not failures
+        "all_hold": counts["fails"] == 0,
+        "claim_counts": counts,
         "seconds": round(seconds, 3),
         "attnlab_version": __version__,
         "torch_version": torch.__version__,

@@ -19,6 +19,8 @@ from transformers.cache_utils import Cache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from attnlab.core.metrics import received_attention
+
 ATTN_NAME = "attnlab_kv"
 # attention module -> the PolicyCache whose context binds it (the attention function's only way to its cache)
 BOUND: "weakref.WeakKeyDictionary[torch.nn.Module, Cache]" = weakref.WeakKeyDictionary()
@@ -56,7 +58,7 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         if mask is not None:
             logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
         probs = logits.float().softmax(-1)
-        layer.update_scores(probs.sum(dim=2))  # column sums over the group's heads and this step's queries
+        layer.update_scores(received_attention(probs))  # (B, Hkv, S): column sums over the group's heads and queries
         out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
     else:
         full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)

@@ -24,6 +24,10 @@ glob patterns (``blocks.*.mlp.post``). Usage::
         model(ids)
     tr["blocks.1.mlp.post"]  # (B, T, d_ff), detached; each forward overwrites the previous one's
 
+With ``on=callback`` nothing is stored: each hook calls ``callback(name, tensor)`` as the forward
+reaches it (detached, not copied: read it before returning), so a stream of long-text chunks holds one
+layer's attention pattern at a time (``attnlab.probes``).
+
 Only the requested points get a hook, and every hook is removed on exit. A pattern needs the
 probabilities, which only transformers' eager attention materialises: while a pattern is traced
 the model runs eager attention (the same function, equal logits up to float rounding), and its
@@ -102,8 +106,9 @@ def resolve(model: nn.Module, patterns: Iterable[str]) -> list[str]:
 class Trace:
     """Context manager: records the named activations of every forward run inside it."""
 
-    def __init__(self, model: nn.Module, names: str | Iterable[str]):
-        self.model = model
+    def __init__(self, model: nn.Module, names: str | Iterable[str],
+                 on: Callable[[str, torch.Tensor], None] | None = None):
+        self.model, self.on = model, on
         self.names = resolve(model, [names] if isinstance(names, str) else list(names))
         self.acts: dict[str, torch.Tensor] = {}
         self._handles: list = []
@@ -159,10 +164,14 @@ class Trace:
         heads = template.endswith("attn.z")
 
         def record(t: torch.Tensor) -> None:
-            t = t.detach().clone()
+            t = t.detach() if self.on is not None else t.detach().clone()
             if t.dim() == 2:  # flattened around the MLP (OPT): back to (B, T, width)
                 t = t.view(*self._bt, -1)
-            self.acts[name] = t.view(*t.shape[:2], self._n_heads, -1) if heads else t
+            t = t.view(*t.shape[:2], self._n_heads, -1) if heads else t
+            if self.on is not None:
+                self.on(name, t)
+            else:
+                self.acts[name] = t
 
         if point.read == "input":
             def hook(mod, args, kwargs):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.registry import Experiment, Result
+from attnlab.rope.passkey import ALL_SCALINGS, FIGURE, PasskeyGrid, run_grid
 
 GROUP = "inference"
 
@@ -44,27 +45,15 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated depths in [0, 1], e.g. 0,0.5,1") from None
 
 
-ALL_SCALINGS = ("none", "pi", "ntk", "dynamic-ntk", "yarn")
-
-
 @dataclass(frozen=True)
-class PasskeyRun:
+class PasskeyRun(PasskeyGrid):
     """One ``attnlab passkey`` run: its flags, as the run's config."""
 
-    model: str = "smollm2"
-    scalings: tuple[str, ...] = ALL_SCALINGS
-    factor: float = 2.0
-    lengths: tuple[int, ...] = (4096, 8192, 16384)
-    depths: tuple[float, ...] = (0.0, 0.5, 1.0)
-    samples: int = 2
-    seed: int = 0
-
     def __post_init__(self):
-        from attnlab.evals.passkey import check_grid
         from attnlab.rope.compare import load_scalings
 
         load_scalings(self.scalings, self.factor)  # unknown names, s < 1: refused before any work
-        check_grid(self.lengths, self.depths, self.samples)
+        super().__post_init__()
 
 
 @dataclass(frozen=True)
@@ -106,20 +95,14 @@ def _model(cfg, ctx):
 
 
 def run_passkey(cfg: PasskeyRun, ctx) -> Result:
-    from attnlab.evals.passkey import passkey_cases, passkey_metrics
-    from attnlab.rope.compare import passkey_by_scaling
-    from attnlab.rope.plots import passkey_figure
+    from attnlab.evals.passkey import passkey_metrics
+    from attnlab.rope.compare import load_scalings
 
-    model, tok, scalings = _model(cfg, ctx)
-    trained = model.config.max_position_embeddings
-    cases = passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed)
-    results = passkey_by_scaling(model, tok, scalings, cases, ctx)
-    passkey_figure(ctx, results, trained)
+    trained, results = run_grid(cfg, load_scalings(cfg.scalings, cfg.factor), ctx)
     metrics = {"command": ctx.command, "model": cfg.model, "trained_context": trained, "factor": cfg.factor,
                "passkey": passkey_metrics(results)}
     lines = passkey_lines(metrics["passkey"], cfg.lengths)
-    return Result([], metrics, {"passkey.png": "passkey accuracy per (prompt length, key depth), one panel per "
-                                "scaling"}, "\n".join(f"- {line}" for line in lines))
+    return Result([], metrics, dict(FIGURE), "\n".join(f"- {line}" for line in lines))
 
 
 def run_longppl(cfg: LongPPLRun, ctx) -> Result:

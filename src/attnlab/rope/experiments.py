@@ -16,28 +16,19 @@ import numpy as np
 
 from attnlab.core.errors import ConfigError
 from attnlab.evals.inputs import load_model, text_ids
-from attnlab.evals.passkey import accuracy_at, check_grid, passkey_cases, passkey_metrics
+from attnlab.evals.passkey import accuracy_at, passkey_cases, passkey_metrics
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
 from attnlab.rope.compare import load_scalings, longppl_by_scaling, passkey_by_scaling
+from attnlab.rope.passkey import FIGURE, PasskeyGrid, run_grid
 from attnlab.rope.plots import longppl_figure, passkey_figure
 from attnlab.rope.scalings import RopeScaling
 
 
 @dataclass(frozen=True)
-class PasskeyConfig:
-    model: str = "smollm2"
-    scalings: tuple[str, ...] = ("none", "pi", "ntk", "dynamic-ntk", "yarn")
-    factor: float = 2.0  # target context / trained context: 16k for SmolLM2's 8k
-    lengths: tuple[int, ...] = (4096, 8192, 16384)
-    depths: tuple[float, ...] = (0.0, 0.5, 1.0)
-    samples: int = 2
-    seed: int = 0
+class PasskeyConfig(PasskeyGrid):
     min_accuracy: float = 0.8  # "keeps passkey": accuracy at the longest length
     max_accuracy_unscaled: float = 0.2  # "fails passkey": accuracy of no scaling at the longest length
-
-    def __post_init__(self):
-        check_grid(self.lengths, self.depths, self.samples)
 
 
 @dataclass(frozen=True)
@@ -80,16 +71,11 @@ def _scalings(cfg) -> list[RopeScaling]:
                                 "scalings": ("none", "ntk")}, demo=False)
 def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
     scalings = _scalings(cfg)
-    model, tok = load_model(cfg.model, ctx.device)
-    trained = model.config.max_position_embeddings
-    results = passkey_by_scaling(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed),
-                                 ctx)
-    passkey_figure(ctx, results, trained)
+    trained, results = run_grid(cfg, scalings, ctx)
     claims = _passkey_claims(cfg, scalings, results, trained)
     summary = (f"{cfg.model} (trained context {trained}), factor {cfg.factor:g}; passkey accuracy by scaling: "
                + ", ".join(f"{k} {np.mean([r.correct for r in v]):.0%}" for k, v in results.items()) + ".")
-    return Result(claims, {"passkey": passkey_metrics(results)},
-                  {"passkey.png": "passkey accuracy per (prompt length, key depth), one panel per scaling"}, summary)
+    return Result(claims, {"passkey": passkey_metrics(results)}, dict(FIGURE), summary)
 
 
 @register("rope-zero-shot", "RoPE scalings without fine-tuning at 2x the trained window: passkey grid and "
@@ -136,4 +122,4 @@ def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
     return Result(claims, {"ppl": {k: {str(n): p for n, p in v.items()} for k, v in ppl.items()},
                            "passkey": passkey_metrics(results)},
                   {"longppl.png": "sliding-window PPL (stride 256) against context length, one curve per scaling",
-                   "passkey.png": "passkey accuracy per (prompt length, key depth), one panel per scaling"}, summary)
+                   **FIGURE}, summary)

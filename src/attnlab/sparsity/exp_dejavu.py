@@ -7,7 +7,10 @@ On the evaluation text: per layer the recall of the oracle set by a predicted se
 (chance = keep), the share of |h| mass it captures, and the size and recall of Deja Vu's thresholded set
 (sigmoid > 0.5); then perplexity with the predicted sets vs the oracle's vs dense, every position of every
 window sparsified (as contextual-sparsity). The predictors are saved in the run folder (``predictors/own``,
-``predictors/lookahead``) and ``predictors=FOLDER`` reloads them instead of training. ``heads_keep=K``
+``predictors/lookahead``) and beside the model's weights (``M/predictors/neurons-own-r128-keep0.5`` and so
+on, for the model folder M; a one-line warning where M is not writable); ``predictors=FOLDER`` reloads a run
+folder's, ``predictors=beside`` those beside the model at this rank and keep, instead of training
+(``attnlab sparsity --rule predicted`` uses them too). ``heads_keep=K``
 adds head predictors (Deja Vu's attention predictor: top heads by output norm from the attention input),
 reported as findings: no claims were fixed for them.
 
@@ -29,7 +32,8 @@ from attnlab.sparsity.measure import load_texts, perplexity
 from attnlab.sparsity.heads import SparseHeads
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.predicted import Predicted, PredictedHeads
-from attnlab.sparsity.predictors import SOURCES, load_predictors, new_predictors, score, train
+from attnlab.sparsity.predictors import (BESIDE, SOURCES, find_beside, load_predictors, new_predictors,
+                                         save_beside, score, train)
 from attnlab.sparsity.rules import Oracle, keep_count
 
 TALK_ORDER = 1  # after contextual-sparsity
@@ -48,7 +52,12 @@ class DejaVuConfig:
     epochs: int = 2
     batch: int = 128
     lr: float = 3e-3
-    predictors: str = ""  # a folder with own/ and lookahead/ saved by an earlier run: reload, do not train
+    # reload instead of training: "beside" (those saved beside the model's weights at this rank and keep,
+    # M/predictors/<unit>-<source>-r<rank>-keep<keep>) or a run's folder (with own/ and lookahead/)
+    predictors: str = ""
+    # also save them beside the model's weights; quick runs do not: a demo's predictors, trained on a few
+    # thousand tokens, would replace the real ones there
+    beside: bool = True
     heads_keep: float = 0.0  # > 0: also head predictors (heads-own/, heads-lookahead/) at this share of heads
     judge: bool = True  # False (quick): a predictor trained on a few thousand tokens is not the claim's setting
     # claim thresholds, fixed before the first run on SmolLM2
@@ -71,19 +80,36 @@ class DejaVuConfig:
             raise ConfigError(f"train_tokens={self.train_tokens}: need at least 2 per training text")
 
 
+def _load(cfg, model, unit: str, keep: float) -> list:
+    """The saved (own, lookahead) predictors of ``unit`` that ``cfg.predictors`` names, trained for ``keep``."""
+    key = "keep" if unit == "neurons" else "heads_keep"
+    if cfg.predictors == BESIDE:
+        folders = [find_beside(cfg.model, unit, s, keep, cfg.rank) for s in SOURCES]
+    else:
+        folders = [Path(cfg.predictors) / f"{'' if unit == 'neurons' else 'heads-'}{s}" for s in SOURCES]
+    preds = [load_predictors(f, model) for f in folders]  # refuses another model's (fingerprint, layer count)
+    if preds[0].meta.keep != keep:
+        raise ConfigError(f"{unit} predictors in {folders[0].parent} were trained for keep={preds[0].meta.keep}, "
+                          f"not {key}={keep}: set {key}={preds[0].meta.keep} or train new ones")
+    return preds
+
+
+def _save(cfg, ctx, preds: list) -> None:
+    """Into the run folder, and (``cfg.beside``) beside the model's weights where writable."""
+    for p in preds:
+        p.save(Path(ctx.out) / "predictors" / f"{'' if p.meta.unit == 'neurons' else 'heads-'}{p.meta.source}")
+        if cfg.beside:
+            save_beside(p, cfg.model)
+
+
 def _predictors(cfg, model, ids, ctx) -> tuple[list, list[float] | None, str]:
     """(own, lookahead) predictors, the last epoch's BCE (None when reloaded), and where they are saved."""
     if cfg.predictors:
-        preds = [load_predictors(Path(cfg.predictors) / s, model) for s in SOURCES]
-        if preds[0].meta.keep != cfg.keep:
-            raise ConfigError(f"predictors in {cfg.predictors} were trained for keep={preds[0].meta.keep}, not "
-                              f"keep={cfg.keep}: set keep={preds[0].meta.keep} or train new ones")
-        return preds, None, cfg.predictors
+        return _load(cfg, model, "neurons", cfg.keep), None, cfg.predictors
     preds = [new_predictors(model, cfg.model, cfg.rank, cfg.keep, s) for s in SOURCES]
     with ctx.progress(ids.numel() * cfg.epochs, "train predictors") as bar:
         loss = train(preds, model, ids, cfg.epochs, cfg.window, cfg.batch, cfg.lr, bar)
-    for p in preds:
-        p.save(Path(ctx.out) / "predictors" / p.meta.source)
+    _save(cfg, ctx, preds)
     return preds, loss, "predictors/"
 
 
@@ -105,17 +131,13 @@ def _ppl(model, ids, cfg, ctx, preds) -> dict[str, float]:
 def _heads(cfg, model, ids, train_ids, ctx, dense: float) -> tuple[dict, list]:
     """Head predictors (Deja Vu's attention predictor) at ``heads_keep``: recall per layer and PPL with the
     predicted heads vs the top heads by output norm (SparseHeads) vs dense; findings (no claims fixed)."""
-    folder = Path(cfg.predictors or Path(ctx.out) / "predictors")
     if cfg.predictors:
-        preds = [load_predictors(folder / f"heads-{s}", model) for s in SOURCES]
-        if preds[0].meta.keep != cfg.heads_keep:
-            raise ConfigError(f"head predictors in {folder} were trained for heads_keep={preds[0].meta.keep}")
+        preds = _load(cfg, model, "heads", cfg.heads_keep)
     else:
         preds = [new_predictors(model, cfg.model, cfg.rank, cfg.heads_keep, s, unit="heads") for s in SOURCES]
         with ctx.progress(train_ids.numel() * cfg.epochs, "train head predictors") as bar:
             train(preds, model, train_ids, cfg.epochs, cfg.window, cfg.batch, cfg.lr, bar)
-        for p in preds:
-            p.save(folder / f"heads-{p.meta.source}")
+        _save(cfg, ctx, preds)
     keep, n_heads = preds[0].meta.keep, preds[0].meta.n_heads
     with ctx.progress(ids.numel(), "score heads") as bar:
         s = score(preds, model, ids, cfg.window, bar)
@@ -214,7 +236,7 @@ def _figures(ctx, s, ppl, keep: float) -> None:
 @register("dejavu", "Deja Vu: low-rank predictors of each token's top MLP neurons (own input vs lookahead): "
           "recall, |h| mass, PPL vs oracle, cost", DejaVuConfig,
           quick={"tokens": 512, "train_tokens": 1536, "window": 256, "epochs": 1, "batch": 32, "rank": 64,
-                 "judge": False})
+                 "judge": False, "beside": False})
 def run_dejavu(cfg: DejaVuConfig, ctx) -> Result:
     model, ids, train_ids = load_texts(cfg.model, cfg.text, cfg.tokens, () if cfg.predictors else cfg.train_texts,
                                        cfg.train_tokens, ctx.device)
@@ -234,7 +256,8 @@ def run_dejavu(cfg: DejaVuConfig, ctx) -> Result:
         more, found = _heads(cfg, model, ids, train_ids, ctx, ppl["dense"])
         metrics.update(more)
         claims += found
-    made = (f"reloaded from {cfg.predictors}" if cfg.predictors else f"trained on {cfg.train_tokens} tokens of "
+    source = "beside the model" if cfg.predictors == BESIDE else cfg.predictors
+    made = (f"reloaded from {source}" if cfg.predictors else f"trained on {cfg.train_tokens} tokens of "
             f"{', '.join(cfg.train_texts)} for {cfg.epochs} epoch(s)")
     summary = (f"{cfg.model}: predictors (r={preds[0].meta.r}) {made}; scored on {cfg.tokens} tokens of "
                f"{cfg.text} at keep {cfg.keep:g}. Mean recall at the oracle's set size: own "

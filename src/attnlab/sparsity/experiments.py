@@ -12,8 +12,8 @@ Protocol: the text is cut into windows of ``window`` tokens, each its own forwar
 every window is sparsified (stricter than TEAL's and R-Sparse's protocol, which sparsifies only the
 last half of each window). A keep of 1.0 is the dense model (every rule keeps everything there).
 
-Cost: about 30 passes over the text (4 rules x 5 keeps, 4 head keeps, dense, cosine, overlap) and 3
-over the calibration text. Full mode (4,096 + 4,096 tokens) took 648 s on one core of a shared 2-core
+Cost: about 30 passes over the text (4 rules x 5 keeps, 4 head keeps, and one dense pass that also
+measures the cosine and the overlap) and 3 over the calibration text. Full mode (4,096 + 4,096 tokens) took 648 s on one core of a shared 2-core
 CPU (about 8 min unloaded); quick mode (512 + 512 tokens, 2 keeps) about 40 s.
 """
 from __future__ import annotations
@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.sparsity.measure import (consecutive_overlap, cross_layer_cosine, layer_profile, load_texts,
-                                      perplexity, rule_builder)
+from attnlab.sparsity.measure import dense_stats, layer_profile, load_texts, perplexity, rule_builder
 from attnlab.sparsity.heads import SparseHeads
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.record import SparsityRecord
@@ -152,13 +151,11 @@ def _summary(cfg, dense, curves, kept, heads, cos, overlap) -> str:
 def run_sparsity(cfg: SparsityConfig, ctx) -> Result:
     model, ids, calib = load_texts(cfg.model, cfg.text, cfg.tokens, cfg.calibration, cfg.calibration_tokens,
                                    ctx.device)
-    dense = _ppl(model, ids, cfg, ctx, "dense")
+    with ctx.progress(ids.numel(), "dense, cosine, overlap") as bar:
+        dense, cos, overlaps = dense_stats(model, ids, (cfg.at,), cfg.window, bar)
+    overlap = overlaps[cfg.at]
     curves, kept, profiles = _mlp_curves(model, ids, calib, cfg, ctx, dense)
     heads = _head_curve(model, ids, cfg, ctx, dense)
-    with ctx.progress(ids.numel(), "cosine") as bar:
-        cos = cross_layer_cosine(model, ids, cfg.window, bar)
-    with ctx.progress(ids.numel(), "overlap") as bar:
-        overlap = consecutive_overlap(model, ids, cfg.at, cfg.window, bar)
     n_heads = model.config.num_attention_heads
     claims = _claims(cfg, dense, curves, kept, cos, overlap, heads, n_heads)
     ppl_figure(ctx, curves, heads if len(heads) > 1 else {}, dense)

@@ -25,30 +25,53 @@ def union(mask: torch.Tensor) -> torch.Tensor:
     return mask.any(0).nonzero().squeeze(1)
 
 
-def rows_linear(x: torch.Tensor, proj: nn.Module, rows: torch.Tensor) -> torch.Tensor:
+class Scratch:
+    """The buffer per-step gathers copy weight rows into, shared by every layer of a SparseMLP: layers run
+    one after another and each copy is consumed before the next. A fresh tensor per gather costs the
+    allocator's page faults every step (a Llama-2-7B layer's kept rows are ~90 MB): measured, that made
+    gathering 3.6x slower than dense at that size (``benchmarks/bench_sparse_mlp.py``)."""
+
+    def __init__(self):
+        self.buf: torch.Tensor | None = None
+
+    def rows(self, w: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """w[index] (u, k), copied into the buffer (valid until the next call)."""
+        buf, need = self.buf, index.numel() * w.shape[1]
+        if buf is None or buf.numel() < need or buf.dtype != w.dtype or buf.device != w.device:
+            self.buf = buf = w.new_empty(max(w.numel(), need))  # the whole weight: never regrown for it
+        return torch.index_select(w.detach(), 0, index, out=buf[:need].view(index.numel(), w.shape[1]))
+
+
+def _gather(w: torch.Tensor, rows: torch.Tensor, scratch: Scratch | None) -> torch.Tensor:
+    return w.index_select(0, rows) if scratch is None else scratch.rows(w, rows)
+
+
+def rows_linear(x: torch.Tensor, proj: nn.Module, rows: torch.Tensor, scratch: Scratch | None = None) -> torch.Tensor:
     """x (N, d) -> (N, u): only the output units ``rows`` (u,) of projection ``proj``."""
     bias = proj.bias.index_select(0, rows) if proj.bias is not None else None
-    return F.linear(x, arch.weight(proj).index_select(0, rows), bias)  # W[rows] (u, d)
+    return F.linear(x, _gather(arch.weight(proj), rows, scratch), bias)  # W[rows] (u, d)
 
 
-def rows_matmul(v_u: torch.Tensor, w_t: torch.Tensor, rows: torch.Tensor, bias) -> torch.Tensor:
+def rows_matmul(v_u: torch.Tensor, w_t: torch.Tensor, rows: torch.Tensor, bias,
+                scratch: Scratch | None = None) -> torch.Tensor:
     """v_u (N, u) @ W_t[rows] (u, o) + bias: only the rows of the transposed weight for units ``rows``.
     One row (batch-1 decode): ``embedding_bag`` sums the rows in place, weighted by v (PowerInfer's axpy),
     without copying them; for more rows one copy serves a GEMM, faster than N passes over the rows."""
     if v_u.shape[0] == 1:
         out = F.embedding_bag(rows[None], w_t, per_sample_weights=v_u, mode="sum")  # (1, o)
     else:
-        out = v_u @ w_t.index_select(0, rows)  # (N, o)
+        out = v_u @ _gather(w_t, rows, scratch)  # (N, o)
     return out if bias is None else out + bias
 
 
-def input_sparse(v: torch.Tensor, mask: torch.Tensor | None, w_t: torch.Tensor, bias) -> torch.Tensor:
+def input_sparse(v: torch.Tensor, mask: torch.Tensor | None, w_t: torch.Tensor, bias,
+                 scratch: Scratch | None = None) -> torch.Tensor:
     """v (N, m) @ W_t (m, o) + bias reading only the rows of W_t for input units some row keeps
     (each row's own dropped units zeroed first): TEAL's input channels and its h entering down_proj."""
     if mask is None:
         return F.linear(v, w_t.T, bias)
     rows = union(mask)  # (u,)
-    return rows_matmul((v * mask).index_select(1, rows), w_t, rows, bias)
+    return rows_matmul((v * mask).index_select(1, rows), w_t, rows, bias, scratch)
 
 
 class ActiveSet:

@@ -1,5 +1,6 @@
 """Measuring contextual sparsity: perplexity, CATS/TEAL calibration, static sets, cross-layer cosine,
-consecutive-token overlap of the oracle sets, and the per-layer profile a SparseMLP run recorded.
+consecutive-token overlap of the oracle sets (the dense three in one pass: ``dense_stats``), and the
+per-layer profile a SparseMLP run recorded.
 
 Every measurement is a function of a model; a method is wrapped around it by the caller
 (``with SparseMLP(model, rule): perplexity(model, ids)``). Texts are processed in windows of
@@ -12,9 +13,9 @@ import math
 from typing import Callable, Iterator, NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from attnlab.core.errors import ConfigError
+from attnlab.core.metrics import CosineSums
 from attnlab.data.sources import HUB_PREFIX, locate
 from attnlab.evals.inputs import load_model, text_ids
 from attnlab.evals.longppl import scored_nll
@@ -217,30 +218,46 @@ class Cosines(NamedTuple):
         return self.layer[1:]
 
 
+class _CosineSums:
+    """cross_layer_cosine's trace reading: each traced window's residual stream, layer by layer, into
+    the shared running sums (``attnlab.core.metrics.CosineSums``; the probes add up the same ones)."""
+
+    names = ["blocks.0.resid_pre", "blocks.*.resid_post"]
+
+    def __init__(self, n: int):
+        self.sums = CosineSums(n)
+
+    def add(self, tr: Trace) -> None:
+        prev = tr["blocks.0.resid_pre"][0]  # (W, d)
+        for i in range(self.sums.n):
+            post = tr[f"blocks.{i}.resid_post"][0]  # (W, d)
+            self.sums.add(i, prev, post)
+            prev = post
+
+    def result(self) -> Cosines:
+        return Cosines(self.sums.mean())
+
+
 def cross_layer_cosine(model, ids: torch.Tensor, window: int = 512, progress=None) -> Cosines:
     """Deja Vu's "slowly changing embeddings": per layer, the mean over tokens of the cosine between the
     residual stream entering and leaving it."""
-    n = arch.dims(model).n_layers
-    sums, count = torch.zeros(n, dtype=torch.float64), 0
-    names = ["blocks.0.resid_pre", "blocks.*.resid_post"]
-    for tr in _traced(model, ids, names, window, progress):
-        prev = tr["blocks.0.resid_pre"][0]  # (W, d)
-        for i in range(n):
-            post = tr[f"blocks.{i}.resid_post"][0]  # (W, d)
-            sums[i] += F.cosine_similarity(prev.double(), post.double(), dim=-1).sum()
-            prev = post
-        count += prev.shape[0]
-    return Cosines((sums / count).float())
+    sums = _CosineSums(arch.dims(model).n_layers)
+    for tr in _traced(model, ids, sums.names, window, progress):
+        sums.add(tr)
+    return sums.result()
 
 
 # --------------------------------------------------------------------------- what a sparse run kept
 def layer_profile(record) -> dict[str, list[float] | float]:
     """The per-layer sparsity profile a :class:`~attnlab.sparsity.mlp.SparsityRecord` holds after a run:
     ``kept`` (L,) the share of neurons of h kept, ``mass`` (L,) the share of |h| they carry, and both
-    over all layers; for TEAL also ``x_kept`` (L,), the share of input channels of x kept."""
+    over all layers, ``zero`` (L,) the share of entries of h exactly zero before the rule's mask (natural
+    sparsity: most of a ReLU-gated MLP's, none of a SiLU one's) and over all layers; for TEAL also
+    ``x_kept`` (L,), the share of input channels of x kept."""
     layers = record.layers("h")
     out = {"kept": [record.kept_fraction(i) for i in layers], "mass": [record.mass(i) for i in layers],
-           "overall_kept": record.kept_fraction(), "overall_mass": record.mass()}
+           "zero": [record.zero_share(i) for i in layers], "overall_kept": record.kept_fraction(),
+           "overall_mass": record.mass(), "overall_zero": record.zero_share()}
     if record.layers("x"):
         out["x_kept"] = [record.kept_fraction(i, "x") for i in record.layers("x")]
         out["overall_x_kept"] = record.kept_fraction(None, "x")
@@ -248,15 +265,61 @@ def layer_profile(record) -> dict[str, list[float] | float]:
 
 
 # --------------------------------------------------------------------------- consecutive tokens
+class _OverlapSums:
+    """consecutive_overlap's running sums at one keep, one traced window at a time."""
+
+    names = ["blocks.*.mlp.post"]
+
+    def __init__(self, n: int, keep: float):
+        self.n, self.keep, self.sums, self.pairs = n, keep, torch.zeros(n, dtype=torch.float64), 0
+
+    def add(self, tr: Trace) -> None:
+        for i in range(self.n):
+            m = topk_mask(tr[f"blocks.{i}.mlp.post"][0].abs(), self.keep)  # (W, d_ff) bool
+            shared = (m[1:] & m[:-1]).sum(-1).double() / m[:-1].sum(-1).double()  # (W - 1,)
+            self.sums[i] += shared.sum()
+        self.pairs += m.shape[0] - 1
+
+    def result(self) -> torch.Tensor:
+        return (self.sums / max(self.pairs, 1)).float()
+
+
 def consecutive_overlap(model, ids: torch.Tensor, keep: float, window: int = 512, progress=None) -> torch.Tensor:
     """(L,) per layer, the mean share of token t's oracle set (top ``keep`` of |h|) that is also in token
     t+1's: what an active-set cache could reuse. Two random sets of the same size share ``keep`` of it."""
+    sums = _OverlapSums(arch.dims(model).n_layers, keep)
+    for tr in _traced(model, ids, sums.names, window, progress):
+        sums.add(tr)
+    return sums.result()
+
+
+# --------------------------------------------------------------------------- all three in one dense pass
+class DenseStats(NamedTuple):
+    ppl: float  # perplexity(model, ids, window)
+    cosine: Cosines  # cross_layer_cosine(model, ids, window)
+    overlap: dict[float, torch.Tensor]  # keep -> consecutive_overlap(model, ids, keep, window) (L,)
+
+
+@torch.no_grad()
+def dense_stats(model, ids: torch.Tensor, keeps: tuple[float, ...], window: int = 512, progress=None) -> DenseStats:
+    """Perplexity, cross-layer cosine and consecutive-token overlap at each of ``keeps`` from one traced
+    forward per window instead of three: the same windows, forwards and sums as the three functions, so
+    the same numbers. (The trace only reads; the logits of the scored rows only are computed.)"""
     n = arch.dims(model).n_layers
-    sums, pairs = torch.zeros(n, dtype=torch.float64), 0
-    for tr in _traced(model, ids, ["blocks.*.mlp.post"], window, progress):
-        for i in range(n):
-            m = topk_mask(tr[f"blocks.{i}.mlp.post"][0].abs(), keep)  # (W, d_ff) bool
-            shared = (m[1:] & m[:-1]).sum(-1).double() / m[:-1].sum(-1).double()  # (W - 1,)
-            sums[i] += shared.sum()
-        pairs += m.shape[0] - 1
-    return (sums / max(pairs, 1)).float()
+    device = next(model.parameters()).device
+    cos, overlap = _CosineSums(n), {k: _OverlapSums(n, k) for k in keeps}
+    total, count = 0.0, 0
+    with Trace(model, _CosineSums.names + _OverlapSums.names) as tr:
+        for start, first, end in spans(ids.numel(), window):
+            if end - first < 1:  # a one-token window: nothing to score, still traced (as _traced does)
+                model(ids[None, start:end].to(device), use_cache=False)
+            else:
+                nll = scored_nll(model, ids[start:end], torch.arange(first - start, end - start))  # (end - first,)
+                total, count = total + float(nll.sum()), count + nll.numel()
+            for sums in (cos, *overlap.values()):
+                sums.add(tr)
+            if progress is not None:
+                progress.update(end - start)
+    if not count:
+        raise ValueError(f"perplexity needs at least 2 tokens in a window; got {ids.numel()} tokens")
+    return DenseStats(math.exp(total / count), cos.result(), {k: o.result() for k, o in overlap.items()})

@@ -26,15 +26,27 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
-from attnlab.sparsity.gather import ActiveSet, input_sparse, rows_linear, rows_matmul, union
+from attnlab.sparsity.gather import ActiveSet, Scratch, input_sparse, rows_linear, rows_matmul, union
 from attnlab.sparsity.record import SparsityRecord  # noqa: F401  (re-exported: callers import it from here)
 from attnlab.sparsity.rules import NEEDS, Rule
 
 MODES = ("mask", "gather", "cached")
+# gather mode computes a step densely (each row's own dropped neurons still zeroed) when the union of its
+# rows' sets holds more than this share of the neurons: copying that many rows costs more than the dense
+# matmul saves (bench_sparse_mlp, one SmolLM2-sized layer read from memory: gathering half the rows is
+# 1.5x faster than dense, so the break-even is near 0.7). At batch 8 the union of eight tokens' top-50%
+# sets is nearly every neuron.
+DENSE_ABOVE = 0.6
+
+
+def _linear(proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The projection's dense product, from its weight (never through a forward SparseMLP replaced)."""
+    return F.linear(x, arch.weight(proj), proj.bias)
 
 
 def layer_list(model: nn.Module, layers: Iterable[int] | None) -> list[int]:
@@ -65,8 +77,9 @@ def _find_mlp(model: nn.Module, i: int) -> arch.MLP:
 class _Layer:
     """One layer's MLP under the rule: ``front`` (x -> what enters the output projection) and ``back``."""
 
-    def __init__(self, mlp: arch.MLP, layer: int, rule: Rule, mode: str, record, flat: bool):
+    def __init__(self, mlp: arch.MLP, layer: int, rule: Rule, mode: str, record, flat: bool, scratch: Scratch):
         self.mlp, self.layer, self.rule, self.mode, self.record, self.flat = mlp, layer, rule, mode, record, flat
+        self.scratch = scratch  # shared by the layers: the rows each step's gathers copy
         self.gated = mlp.gate_proj is not None
         self.n = arch.weight(mlp.out_proj).shape[1]  # d_ff
         self._pending = None  # flat gather: what fc1 computed, for fc2
@@ -110,12 +123,14 @@ class _Layer:
         if spec is None:  # mask mode: the dense output projection
             return self._proj(self.mlp.out_proj, h)
         kind, index, shape = spec
-        if kind == "cache":  # h (N, m) in the cache's slot order
+        if kind == "dense":  # a union too large to gather: h (N, d_ff) already masked
+            out = _linear(self.mlp.out_proj, h)
+        elif kind == "cache":  # h (N, m) in the cache's slot order
             out = self.cache.forward_out(h, self.mlp.out_proj.bias)
         elif kind == "rows":  # h (N, u) holds the kept union's neurons: their rows of W_down^T (u, d)
-            out = rows_matmul(h, self.down_t, index, self.mlp.out_proj.bias)
+            out = rows_matmul(h, self.down_t, index, self.mlp.out_proj.bias, self.scratch)
         else:  # "in": h (N, d_ff) with TEAL's h mask (N, d_ff) or None
-            out = input_sparse(h, index, self.down_t, self.mlp.out_proj.bias)
+            out = input_sparse(h, index, self.down_t, self.mlp.out_proj.bias, self.scratch)
         return out.view(*shape[:-1], out.shape[-1])  # (..., d)
 
     def _hidden(self, pre_g, pre):
@@ -185,8 +200,8 @@ class _Layer:
         if self.rule.needs == "x":
             mx = self.rule.mask(x, self.layer)  # (N, d)
             self._note("x", mx, x)
-            pre_g = input_sparse(x, mx, self.gate_t, self.mlp.gate_proj.bias) if self.gated else None
-            pre = input_sparse(x, mx, self.in_t, self.mlp.in_proj.bias)  # (N, d_ff)
+            pre_g = input_sparse(x, mx, self.gate_t, self.mlp.gate_proj.bias, self.scratch) if self.gated else None
+            pre = input_sparse(x, mx, self.in_t, self.mlp.in_proj.bias, self.scratch)  # (N, d_ff)
             a, h = self._hidden(pre_g, pre)
             mh = self.rule.mask_h(h, self.layer)  # (N, d_ff) or None
             self._note("h", mh, h)
@@ -198,16 +213,28 @@ class _Layer:
         # too); per-row sets would copy B x k rows and run B GEMVs, and the zeroing keeps each row
         # equal to its own masked computation.
         rows = union(mask)  # (u,)
+        if rows.numel() > DENSE_ABOVE * self.n:
+            return self._dense_masked(x, a, mask), ("dense", None, shape)
         kept = mask.index_select(1, rows) if x.shape[0] > 1 else None  # (N, u)
-        pre_u = rows_linear(x, self.mlp.in_proj, rows)  # (N, u)
+        pre_u = rows_linear(x, self.mlp.in_proj, rows, self.scratch)  # (N, u)
         if not self.gated:
             h_u = self.mlp.act_fn(pre_u)
         else:  # CATS reuses its gate activations; the oracle recomputes the kept rows (its dense h only decided)
-            gate_u = rows_linear(x, self.mlp.gate_proj, rows) if needs != "gate" else None
+            gate_u = rows_linear(x, self.mlp.gate_proj, rows, self.scratch) if needs != "gate" else None
             g_u = a.index_select(1, rows) if needs == "gate" else self.mlp.act_fn(gate_u)
             h_u = g_u * pre_u  # (N, u)
         t = pre_u if self.flat else h_u
         return (t * kept if x.shape[0] > 1 else t), ("rows", rows, shape)  # one row: its own set, nothing to zero
+
+
+    def _dense_masked(self, x: torch.Tensor, a: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+        """x (N, d) -> what enters the output projection, computed densely, each row's dropped units zero;
+        ``a``: the gate activations the rule already computed (CATS, the oracle) or None."""
+        pre = _linear(self.mlp.in_proj, x)  # (N, d_ff)
+        if self.gated and a is None:
+            a = self.mlp.act_fn(_linear(self.mlp.gate_proj, x))
+        t = pre if self.flat else (a * pre if self.gated else self.mlp.act_fn(pre))
+        return t * mask
 
 
 class SparseMLP:
@@ -234,8 +261,9 @@ class SparseMLP:
 
     def __enter__(self) -> "SparseMLP":
         try:
+            scratch = Scratch()
             for i, m in self.mlps.items():
-                layer = _Layer(m, i, self.rule, self.mode, self.record, self.flat)
+                layer = _Layer(m, i, self.rule, self.mode, self.record, self.flat, scratch)
                 if not self.flat:
                     self._replace(m.module, layer.forward, i)
                 else:

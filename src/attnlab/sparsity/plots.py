@@ -71,3 +71,28 @@ def layer_figure(ctx, profiles: dict[str, dict[str, list[float]]], keep: float, 
                     title="consecutive-token overlap")
         axes[2].legend(fontsize=7)
     return ctx.savefig(fig, name)
+
+
+def relu_figure(ctx, models: dict[str, dict], keep: float, zero_line: float, name: str = "relu_control.png") -> str:
+    """Left: per layer, the share of the entries of h exactly zero in each dense model; right: oracle PPL
+    increase over dense (%) against the share of neurons kept. ``models``: activation -> the relu-control
+    experiment's metrics of that model (zero_per_layer, dense_ppl, ppl {keep: PPL})."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    for k, (act, m) in enumerate(models.items()):
+        a.plot(range(len(m["zero_per_layer"])), m["zero_per_layer"], "o-", color=f"C{k}", ms=4,
+               label=f"{act} (all layers {m['zero']:.1%})")
+        curve = {1.0: m["dense_ppl"], **{float(kk): p for kk, p in m["ppl"].items()}}
+        keeps = sorted(curve)
+        b.plot(keeps, [100 * (curve[kk] / m["dense_ppl"] - 1) for kk in keeps], "o-", color=f"C{k}", ms=4,
+               label=f"{act} (dense PPL {m['dense_ppl']:.2f})")
+    a.axhline(zero_line, color="grey", ls="--", lw=0.8, label=f"{zero_line:.0%} (Deja Vu, ReLU OPT)")
+    a.set(xlabel="layer", ylabel="share of h exactly 0", ylim=(-0.02, 1.02), title="natural sparsity (dense)",
+          xticks=range(len(m["zero_per_layer"])))
+    a.legend(fontsize=7)
+    b.axhline(0.0, color="k", ls=":", lw=1)
+    b.axvline(keep, color="grey", ls="--", lw=0.8, label=f"keep {keep:g} (claims)")
+    b.set(xlabel="share of MLP neurons kept per token (oracle top-k of |h|)", ylabel="PPL increase over dense (%)",
+          title="oracle sparsity")
+    b.invert_xaxis()  # sparser to the right
+    b.legend(fontsize=7)
+    return ctx.savefig(fig, name)

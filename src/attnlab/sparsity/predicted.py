@@ -1,13 +1,15 @@
 """Deja Vu's predictors as rules: the predicted top-k neurons (a SparseMLP rule) and heads (hooks)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
 from attnlab.sparsity.heads import head_inputs, heads_zeroed
-from attnlab.sparsity.predictors import Predictors
+from attnlab.sparsity.predictors import SOURCES, Predictors, find_beside, load_predictors
 from attnlab.sparsity.rules import keep_count, topk_mask
 
 
@@ -96,3 +98,23 @@ class PredictedHeads:
             return heads_zeroed(args, kwargs, z, zh, mask)
 
         return hook
+
+
+def saved_rule(model: nn.Module, name: str, keep: float, source: str = "lookahead", folder: str = "",
+               r: int | None = None) -> tuple[Predicted, list[Path]]:
+    """A :class:`Predicted` neuron rule from saved predictors, and the folders read: ``folder`` a run's
+    predictors folder (own/, lookahead/), or "" for those beside model ``name`` at ``keep`` (rank ``r``;
+    None: the one saved). The lookahead source also loads own: layer 0 has no previous layer to read."""
+    if source not in SOURCES:
+        raise UsageError(f"predictor source {source!r}: choose {' or '.join(SOURCES)}")
+    needed = SOURCES[:1] if source == "own" else SOURCES
+    folders = [Path(folder) / s if folder else find_beside(name, "neurons", s, keep, r) for s in needed]
+    preds = [load_predictors(f, model) for f in folders]  # refuses another model's or layer count's
+    for s, f, p in zip(needed, folders, preds):
+        if (p.meta.unit, p.meta.source) != ("neurons", s):
+            raise UsageError(f"{f} holds {p.meta.source} {p.meta.unit} predictors, not {s} neurons ones: give "
+                             "the predictors folder of `attnlab reproduce dejavu` (with own/ and lookahead/)")
+        if p.meta.keep != keep:
+            raise UsageError(f"predictors in {f} were trained for keep {p.meta.keep:g}, not {keep:g}: give keep "
+                             f"{p.meta.keep:g} or train predictors for keep {keep:g}")
+    return Predicted(keep, *preds), folders

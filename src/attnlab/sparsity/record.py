@@ -1,4 +1,4 @@
-"""SparsityRecord: what sparse forwards kept, per kind of unit and layer (kept fraction, magnitude mass)."""
+"""SparsityRecord: what sparse forwards kept, per kind of unit and layer (kept fraction, magnitude mass, zeros)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -8,11 +8,13 @@ import torch
 
 class SparsityRecord:
     """What sparse forwards kept, per kind of unit (``what``: "h" neurons, "x" input channels, "heads")
-    and layer, summed over every token seen: the kept fraction (units kept / units seen) and the
-    magnitude mass captured (sum |v| kept / sum |v|, where v is |h|, |x| or a head's output norm)."""
+    and layer, summed over every token seen: the kept fraction (units kept / units seen), the magnitude
+    mass captured (sum |v| kept / sum |v|, where v is |h|, |x| or a head's output norm) and the share of
+    entries of v that are exactly zero before the rule's mask (a ReLU-gated MLP's natural sparsity)."""
 
     def __init__(self):
-        self._sums: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+        # kept, seen, |v| kept, |v| total, exact zeros, entries whose values were seen
+        self._sums: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0] * 6)
 
     def add(self, what: str, layer: int, mask: torch.Tensor, values: torch.Tensor | None = None) -> None:
         """mask bool, broadcastable to values (..., n); values None: the mass is not known (gather mode)."""
@@ -25,6 +27,8 @@ class SparsityRecord:
             a = values.detach().abs().float()  # (..., n)
             s[2] += float((a * mask).sum())
             s[3] += float(a.sum())
+            s[4] += float((a == 0).sum())  # counted where |v| is already at hand: one comparison more
+            s[5] += a.numel()
 
     def layers(self, what: str = "h") -> list[int]:
         return sorted(i for w, i in self._sums if w == what)
@@ -37,18 +41,25 @@ class SparsityRecord:
 
     def kept_fraction(self, layer: int | None = None, what: str = "h") -> float:
         """Units kept / units seen, at one layer or (None) over all."""
-        kept, seen, _, _ = self._total(layer, what)
+        kept, seen, *_ = self._total(layer, what)
         return kept / seen
 
     def mass(self, layer: int | None = None, what: str = "h") -> float:
         """sum |v| kept / sum |v| (NaN where no values were recorded)."""
-        _, _, kept, total = self._total(layer, what)
+        _, _, kept, total, *_ = self._total(layer, what)
         return kept / total if total > 0 else float("nan")
 
+    def zero_share(self, layer: int | None = None, what: str = "h") -> float:
+        """Entries of v exactly zero / entries of v seen (NaN where no values were recorded). For h under
+        the oracle, CATS and static rules in mask mode this is the dense h's; under TEAL, h of the
+        thresholded x."""
+        *_, zeros, valued = self._total(layer, what)
+        return zeros / valued if valued > 0 else float("nan")
+
     def as_dict(self) -> dict[str, dict[str, dict[str, float]]]:
-        """{what: {layer: {"kept": fraction, "mass": share}}} (JSON-ready; layer keys are strings)."""
-        return {w: {str(i): {"kept": self.kept_fraction(i, w), "mass": self.mass(i, w)} for i in self.layers(w)}
-                for w in sorted({w for w, _ in self._sums})}
+        """{what: {layer: {"kept": fraction, "mass": share, "zero": share}}} (JSON-ready; layer keys are strings)."""
+        return {w: {str(i): {"kept": self.kept_fraction(i, w), "mass": self.mass(i, w), "zero": self.zero_share(i, w)}
+                    for i in self.layers(w)} for w in sorted({w for w, _ in self._sums})}
 
     def clear(self) -> None:
         self._sums.clear()

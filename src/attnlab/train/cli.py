@@ -239,14 +239,14 @@ def cmd_train(args) -> int:
     _check_out(out, args.resume)
     _check_model_args(args)
     cfg = _train_config(args)
+    settings = _settings(args)
+    if args.resume:  # before any text is read or tokenizer built: a changed setting is the first thing to fix
+        _check_resume(out, settings)
     train_lines, valid_lines = _read_splits(args)
     model, tokenizer = _model_and_tokenizer(args, train_lines)
     trainer = Trainer(model, tokenizer.encode_lines(train_lines),
                       None if valid_lines is None else tokenizer.encode_lines(valid_lines), cfg, out, device)
-    settings = _settings(args)
-    if args.resume:
-        _check_resume(out, settings)
-    else:
+    if not args.resume:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
         tokenizer.save(out / "tokenizer")

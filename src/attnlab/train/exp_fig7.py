@@ -16,13 +16,32 @@ from attnlab.train.trainer import TrainConfig
 
 
 @dataclass(frozen=True)
-class Fig7Config:
+class WordLevelConfig:
+    """What the real-text experiments (``scansnap-fig7``, ``joma-wikitext``) share: word-level data
+    and tutorial transformers of several depths; each sets its own defaults and training."""
+
     train: str = "wikitext-2/valid.txt"  # stands in for the unavailable train split
     valid: str = "wikitext-2/test.txt"
     max_vocab: int = 0  # 0: every training word type
     layers: tuple[int, ...] = (1, 3)
     dropout: float = 0.3
     lr: float = 5.0
+
+    def __post_init__(self):
+        if not self.layers or min(self.layers) < 1:
+            example = ",".join(map(str, type(self).layers))  # the experiment's own default
+            raise ConfigError(f"layers={self.layers}: give layer counts >= 1, e.g. layers={example}")
+        if self.max_vocab < 0:
+            raise ConfigError(f"max_vocab={self.max_vocab}: use 0 (no limit) or a positive size")
+
+
+def setup_text(tcfg: TrainConfig) -> str:
+    """The training setup the report names, from the TrainConfig the runs used."""
+    return f"clip {tcfg.clip:g}, batch {tcfg.batch_size} x bptt {tcfg.bptt}"
+
+
+@dataclass(frozen=True)
+class Fig7Config(WordLevelConfig):
     group_lrs: tuple[str, ...] = ("layers.0.linear*=10",)  # the layer-0 FFN at lr 10
     steps: int = 1500
     snapshot_steps: tuple[int, ...] = (0, 500, 1000, 1500)
@@ -32,10 +51,7 @@ class Fig7Config:
     seed: int = 0
 
     def __post_init__(self):
-        if not self.layers or min(self.layers) < 1:
-            raise ConfigError(f"layers={self.layers}: give layer counts >= 1, e.g. layers=1,3")
-        if self.max_vocab < 0:
-            raise ConfigError(f"max_vocab={self.max_vocab}: use 0 (no limit) or a positive size")
+        super().__post_init__()
         if self.steps < 1 or any(not 0 <= s <= self.steps for s in self.snapshot_steps):
             raise ConfigError(f"snapshot_steps={self.snapshot_steps} must lie within 0..steps={self.steps}")
 
@@ -61,7 +77,7 @@ def run_fig7(cfg: Fig7Config, ctx) -> Result:
                             0.0, "at_most"))
     ctx.savefig(depth_maps_figure(sweep.runs, sorted(cfg.snapshot_steps)), "fig7.png")
     summary = (sweep.about + f"; SGD lr {cfg.lr:g} with {', '.join(cfg.group_lrs) or 'no'} "
-               f"group rates, clip 0.5, batch 20 x bptt 35, dropout {cfg.dropout}, {cfg.steps} steps. "
+               f"group rates, {setup_text(tcfg)}, dropout {cfg.dropout}, {cfg.steps} steps. "
                + " ".join(f"{n} layer(s): layer-0 entropy {t['entropy_start']:.3f} -> {t['entropy_end']:.3f}, "
                           f"valid loss {t['valid_loss_start']:.3f} -> {t['valid_loss_end']:.3f}."
                           for n, t in table.items()))

@@ -18,6 +18,7 @@ import numpy as np
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
+from attnlab.train.exp_fig7 import WordLevelConfig, setup_text
 from attnlab.train.plots import depth_entropy_figure, layer_entropy
 from attnlab.train.runs import sweep_depths
 from attnlab.train.trainer import TrainConfig
@@ -26,10 +27,7 @@ PAPER_BEST_VALID = {1: 5.357, 2: 5.255, 5: 5.169, 10: 5.110}  # WikiText-2, mean
 
 
 @dataclass(frozen=True)
-class JomaTextConfig:
-    train: str = "wikitext-2/valid.txt"  # stands in for the unavailable train split
-    valid: str = "wikitext-2/test.txt"
-    max_vocab: int = 0  # 0: every training word type
+class JomaTextConfig(WordLevelConfig):
     layers: tuple[int, ...] = (1, 2, 5)  # 10 is available: --set layers=1,2,5,10
     dropout: float = 0.2
     lr: float = 1e-4
@@ -44,10 +42,7 @@ class JomaTextConfig:
     recovery_fraction: float = 0.1  # partial recovery: 0.1 <= (final - min) / (start - min) <= 1
 
     def __post_init__(self):
-        if not self.layers or min(self.layers) < 1:
-            raise ConfigError(f"layers={self.layers}: give layer counts >= 1, e.g. layers=1,2,5")
-        if self.max_vocab < 0:
-            raise ConfigError(f"max_vocab={self.max_vocab}: use 0 (no limit) or a positive size")
+        super().__post_init__()
         if self.steps < 2 * self.track_every:
             raise ConfigError(f"steps={self.steps} must be at least 2 x track_every={self.track_every} "
                               "so an entropy curve exists")
@@ -109,8 +104,9 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
             sum(a > b for a, b in zip(best, best[1:])), len(depths) - 1, 0.0, "at_least"))
 
     ctx.savefig(depth_entropy_figure(sweep.runs, probe_len=tcfg.bptt), "joma_wikitext.png")
-    summary = (sweep.about + f"; Adam lr {cfg.lr:g}, clip 0.5, dropout {cfg.dropout}, "
-               f"batch 20 x bptt 35, {cfg.steps} steps (≈{cfg.steps * 700 / sweep.train_tokens:.1f} epochs). "
+    epochs = cfg.steps * tcfg.batch_size * tcfg.bptt / sweep.train_tokens
+    summary = (sweep.about + f"; Adam lr {cfg.lr:g}, {setup_text(tcfg)}, dropout {cfg.dropout}, "
+               f"{cfg.steps} steps (≈{epochs:.1f} epochs). "
                + " ".join(f"{d} layer(s): best valid loss {row['best_valid_loss']:.3f} (paper, on the real train "
                           f"split: {row['paper_best_valid_loss'] or 'n/a'}); entropy start -> min -> final per layer: "
                           + "; ".join(f"L{l} {c['start']:.2f} -> {c['min']:.2f} (step {c['min_step']}) -> "

@@ -1,0 +1,1 @@
+"""Probes: measure what a pretrained model does — sinks, heavy hitters, massive activations, sparsity, superposition."""

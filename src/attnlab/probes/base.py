@@ -1,0 +1,71 @@
+"""The probe contract: a probe names the hook points it reads, sees each streamed chunk's tensors at
+those points, and reports metrics, claims and figures. ``PROBES`` holds the probe classes by name.
+
+A probe never holds a whole attention map or activation of the text: it folds each chunk into running
+sums, counts or top-k lists (see ``attnlab.probes.stream``), so a 16k-token text costs what one chunk
+costs plus what the probe keeps per token (e.g. one float per key for accumulated attention).
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Iterable
+
+import torch
+from torch import nn
+
+from attnlab.core.registry import Registry
+
+
+class Probe:
+    """Base class. Subclasses set ``name`` (the registry name), ``needs`` (hook-point names or globs from
+    ``attnlab.models.trace``, e.g. ``("blocks.*.attn.pattern",)``) and ``summary`` (one line for --help),
+    and implement ``see`` and ``result``; ``claims`` and ``figures`` where a paper makes a claim or a
+    figure says it better than a table."""
+
+    name: ClassVar[str] = ""
+    needs: ClassVar[tuple[str, ...]] = ()
+    summary: ClassVar[str] = ""
+    # True: reads activations only and wants a long corpus, so it streams in independent windows
+    # (``stream(..., window=W)``: linear time, constant memory) rather than the cached stream
+    windowed: ClassVar[bool] = False
+
+    def attach(self, model: nn.Module, ids: torch.Tensor) -> None:
+        """Called once before the first chunk with the model and the whole text's ids (T,): read dims,
+        size accumulators. Default: nothing."""
+
+    def see(self, name: str, t: torch.Tensor, start: int) -> None:
+        """One chunk's tensor ``t`` at hook ``name`` (shapes as in ``attnlab.models.trace``; a pattern is
+        (1, H, t, S) with S = start + t); ``start``: the absolute position of the chunk's first token.
+        Read ``t`` now: it is not a copy and is gone after the call."""
+        raise NotImplementedError
+
+    def result(self) -> dict:
+        """The probe's measurements, JSON-able (lists, not tensors)."""
+        raise NotImplementedError
+
+    def claims(self, metrics: dict) -> list:
+        """Claims (``attnlab.experiments.claims``) judged on ``metrics``: none unless a paper makes one."""
+        return []
+
+    def figures(self, metrics: dict, ctx) -> dict[str, str]:
+        """Save figures with ``ctx.savefig(fig, file)``; return {file: caption}. Default: none."""
+        return {}
+
+
+PROBES: Registry[type[Probe]] = Registry("probe", hint="see `attnlab probe --help` for the list")
+
+
+def register(cls: type[Probe]) -> type[Probe]:
+    """Class decorator: add a probe class to ``PROBES`` under its ``name``."""
+    return PROBES.add(cls.name, cls)
+
+
+def make_probes(names: Iterable[str], **options) -> list[Probe]:
+    """The named probes, each built with the ``options`` its constructor accepts (did-you-mean on a typo)."""
+    import inspect
+
+    out = []
+    for name in names:
+        cls = PROBES.get(name)
+        accepted = inspect.signature(cls).parameters
+        out.append(cls(**{k: v for k, v in options.items() if k in accepted}))
+    return out

@@ -1,0 +1,46 @@
+"""core.io.staged_dir: a folder built aside replaces its target whole, or leaves it untouched."""
+import pytest
+
+from attnlab.core import io
+
+
+def _hidden(parent):
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_a_finished_block_replaces_the_target_whole(tmp_path):
+    target = tmp_path / "run"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with io.staged_dir(target) as stage:
+        assert stage.parent == tmp_path and stage.name.startswith(".run.partial-")
+        (stage / "new.txt").write_text("new")
+        assert (target / "old.txt").exists()  # the old folder stays whole until the block ends
+    assert [p.name for p in target.iterdir()] == ["new.txt"] and _hidden(tmp_path) == []
+
+
+def test_a_failed_block_leaves_the_target_and_removes_what_it_made(tmp_path):
+    target = tmp_path / "a" / "b" / "run"
+    with pytest.raises(ValueError), io.staged_dir(target) as stage:
+        (stage / "half.txt").write_text("x")
+        raise ValueError("bad")
+    assert list(tmp_path.iterdir()) == []  # no staging folder, no parent folders made for it
+
+
+def test_a_failed_last_rename_keeps_the_finished_folder_visibly(tmp_path, monkeypatch):
+    def refuse(build, target):
+        raise OSError(16, "Device or resource busy")
+
+    target = tmp_path / "run"
+    monkeypatch.setattr(io, "swap_into_place", refuse)
+    with pytest.raises(io.NotPlaced) as e, io.staged_dir(target) as stage:
+        (stage / "result.txt").write_text("done")
+    kept = e.value.kept
+    assert kept.parent == tmp_path and kept.name.startswith("run.finished-") and e.value.target == target
+    assert (kept / "result.txt").read_text() == "done" and str(kept) in str(e.value)
+    assert e.value.reason == "Device or resource busy" and isinstance(e.value, OSError)
+    assert _hidden(tmp_path) == [] and not target.exists()
+    monkeypatch.undo()
+    with io.staged_dir(target) as stage:  # the next build does not clean the kept results away
+        (stage / "result.txt").write_text("again")
+    assert (kept / "result.txt").exists() and (target / "result.txt").read_text() == "again"
