@@ -66,6 +66,9 @@ def _no_eager(self, *args, **kwargs):
     (["--tokens", "1"], "--tokens 1"),
     (["--chunk", "0"], "--chunk 0"),
     (["--probes", "sinks", "eager"], "switching its"),
+    (["--probes", "sinks", "--option", "layers=1"], "--option layers: no chosen probe (sinks) takes it"),
+    (["--probes", "sinks", "--option", "eps"], "give key=value"),
+    (["--probes", "superposition", "--option", "layers=0,9"], "out of range"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(setup, tmp_path, capsys, monkeypatch, extra, says):
     if extra[-1] == "eager":  # a model whose attention cannot be read
@@ -78,3 +81,13 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(setup, tmp_path, capsy
     assert not (tmp_path / "runs").exists()
     if says == "switching its":
         assert "'eager'" in err[0] and "failed" in err[0]
+
+
+@pytest.mark.slow
+def test_an_option_reaches_the_probe_that_takes_it(setup, tmp_path):
+    out = tmp_path / "run"
+    assert main(_argv(setup, out, "--probes", "sinks,superposition", "--option", "first=2", "--option",
+                      "layers=1")) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["sinks"]["first"] == 2 and m["superposition"]["layers"] == [1]
+    assert json.loads((out / "config.json").read_text())["options"] == ["first=2", "layers=1"]

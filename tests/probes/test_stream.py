@@ -107,3 +107,18 @@ def test_attention_probes_are_refused_a_windowed_stream(tiny_models):
 
     with pytest.raises(UsageError, match="cached stream"):
         stream(tiny_models["llama"], torch.arange(20) % V, [Recorder()], window=8)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_chunks_shrink_as_the_prefix_grows_and_still_see_the_full_rows(tiny_models, arch):
+    model = tiny_models[arch]
+    ids = torch.randint(0, V, (T,), generator=torch.Generator().manual_seed(7))
+    probe = Recorder()
+    stream(model, ids, [probe], chunk=16, max_scores=200)  # t x (start + 16) <= 200
+    starts = [s for n, s, _ in probe.seen if n == "blocks.0.attn.pattern"]
+    sizes = [b - a for a, b in zip(starts, starts[1:] + [T])]
+    assert sizes[0] == 12 and sizes[-1] < sizes[0] and sum(sizes) == T  # 200 // 16 = 12, then fewer
+    full = full_forward(model, ids)["blocks.0.attn.pattern"]  # (1, H, T, T)
+    for n, s, t in probe.seen:
+        if n == "blocks.0.attn.pattern":
+            torch.testing.assert_close(t, full[:, :, s:s + t.shape[2], :s + t.shape[2]], rtol=1e-5, atol=1e-6)

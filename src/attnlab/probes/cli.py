@@ -20,6 +20,7 @@ EPILOG = """examples:
   attnlab probe --probes sinks --tokens 8192 --out runs/sinks8k
   attnlab probe --probes sinks,heavy-hitters --text war-and-peace --tokens 16384 --chunk 512 --out runs/wp
   attnlab probe --model runs/llama/model --probes sinks --text kjv --out runs/own-sinks
+  attnlab probe --probes superposition --option layers=3,15 --option top=30 --tokens 20000 --out runs/sup
   attnlab reproduce probes --out runs/probes-claims  # also the sink's position check (first token replaced)
 
 Writes OUT/config.json, OUT/metrics.json (each probe's measurements under its name; the claims a paper
@@ -37,6 +38,7 @@ class ProbeRun:
     text: str = "wikitext-2/test.txt"
     tokens: int = 2048
     chunk: int = 512
+    options: tuple[str, ...] = ()  # "key=value" for the chosen probes' constructors (--option)
 
     def __post_init__(self):
         from attnlab.probes.experiments import chosen
@@ -46,6 +48,44 @@ class ProbeRun:
         if self.chunk < 1:
             raise UsageError(f"--chunk {self.chunk}: give at least 1 token per forward")
         object.__setattr__(self, "probes", chosen(self.probes))  # (): every probe, named in config.json
+        probe_options(self.options, self.probes)  # an unknown key or a bad value: one line, before any work
+
+
+def _value(text: str):
+    """'7' -> 7, '0.3' -> 0.3, '7,14,22' -> (7, 14, 22), 'none' -> None, else the string."""
+    if text.lower() == "none":
+        return None
+    if "," in text:
+        return tuple(_value(t.strip()) for t in text.split(",") if t.strip())
+    for typ in (int, float):
+        try:
+            return typ(text)
+        except ValueError:
+            pass
+    return text
+
+
+def probe_options(texts: tuple[str, ...], names: tuple[str, ...]) -> dict:
+    """``--option key=value`` strings -> {key: value}; UsageError for a malformed one or a key that no
+    chosen probe's constructor takes (naming the keys they do take)."""
+    import inspect
+
+    from attnlab.probes.base import PROBES
+
+    params = [p for n in names for p in inspect.signature(PROBES.get(n)).parameters.values()]
+    takes = {p.name for p in params}
+    many = {p.name for p in params if any(w in str(p.annotation) for w in ("Sequence", "tuple", "list"))}
+    out = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--option {text!r}: give key=value, e.g. --option layers=7,14,22")
+        if key.strip() not in takes:
+            raise UsageError(f"--option {key.strip()}: no chosen probe ({', '.join(names)}) takes it; they take "
+                             f"{', '.join(sorted(takes - {'decode'}))}")
+        v = _value(value.strip())
+        out[key.strip()] = (v,) if key.strip() in many and not isinstance(v, tuple) and v is not None else v
+    return out
 
 
 def run_probe(cfg: ProbeRun, ctx) -> Result:
@@ -55,7 +95,8 @@ def run_probe(cfg: ProbeRun, ctx) -> Result:
 
     model, tok = load_model(cfg.model, ctx.device)
     ids = text_ids(tok, cfg.text, cfg.tokens, "--text PATH")
-    metrics, claims, figures = run_probes(model, ids, cfg.probes, cfg.chunk, ctx, tok.decode)
+    metrics, claims, figures = run_probes(model, ids, cfg.probes, cfg.chunk, ctx, tok.decode,
+                                          options=probe_options(cfg.options, cfg.probes))
     summary = (f"{cfg.model} on the first {ids.numel()} tokens of {cfg.text} in chunks of {cfg.chunk} with the "
                f"model's KV cache (full causal attention over the prefix); probes: {', '.join(cfg.probes)}.")
     return Result(claims, {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
@@ -93,6 +134,9 @@ def add_commands(sub) -> None:
     p.add_argument("--tokens", type=int, default=ProbeRun.tokens, help="tokens of the text to stream (default 2048)")
     p.add_argument("--chunk", type=int, default=ProbeRun.chunk,
                    help="tokens per forward; each attends to everything before it (default 512)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the chosen probes' constructors, repeatable: layers=7,14,22 "
+                        "(superposition), first=4, eps=0.3 (sinks), heavy=64 (heavy-hitters), ...")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.set_defaults(func=cmd_probe)
@@ -103,7 +147,7 @@ def cmd_probe(args) -> int:
     from attnlab.probes.experiments import claim_lines
 
     names = tuple(n.strip() for n in args.probes.split(",") if n.strip())
-    cfg = ProbeRun(args.model, names, args.text, args.tokens, args.chunk)
+    cfg = ProbeRun(args.model, names, args.text, args.tokens, args.chunk, tuple(args.option))
     result = run_into(PROBE, cfg, args.out, check_device(args.device), command_line(args.argv))
     for line in claim_lines(result.claims) or ["no probe chosen makes a claim: see metrics.json"]:
         print(line)

@@ -72,13 +72,14 @@ def check_readable(model: nn.Module, probes: list[Probe]) -> None:
 
 
 def run_probes(model: nn.Module, ids: torch.Tensor, names: tuple[str, ...], chunk: int, ctx, decode=None,
-               corpus: torch.Tensor | None = None, window: int = 512):
+               corpus: torch.Tensor | None = None, window: int = 512, options: dict | None = None):
     """Stream ``ids`` (T,) once through ``model`` with the named probes, and ``corpus`` (default ``ids``) in
     independent windows of ``window`` tokens with the windowed ones (superposition): (probe name -> its
-    metrics, the probes' claims, {figure file: caption}). ``decode``: ids -> text, for the probes' examples."""
+    metrics, the probes' claims, {figure file: caption}). ``decode``: ids -> text, for the probes' examples;
+    ``options``: keyword options for the probes' constructors (each probe takes those it accepts)."""
     from attnlab.probes.stream import stream
 
-    probes = make_probes(names, decode=decode)
+    probes = make_probes(names, decode=decode, **(options or {}))
     check_readable(model, probes)
     cached = [p for p in probes if not p.windowed]
     windowed = [p for p in probes if p.windowed]

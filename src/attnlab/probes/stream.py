@@ -5,7 +5,10 @@ Each chunk runs with the model's own KV cache of everything before it (the previ
 seen for a chunk of t tokens starting at position ``start`` is (1, H, t, start + t). The probes fold
 each tensor into what they keep and let it go: one layer's pattern for one chunk is alive at a time.
 The KV cache itself grows with the text (the model needs it to attend): 2 x layers x KV heads x d_h
-floats per token, 23 KB for SmolLM2-135M (0.38 GB at 16k tokens).
+floats per token, 23 KB for SmolLM2-135M (0.38 GB at 16k tokens). The chunk shrinks as the prefix
+grows so that a forward scores at most ``max_scores`` query-key pairs: one chunk's eager attention
+(scores and probabilities, heads x chunk x prefix floats each) would otherwise grow with the text —
+512 x 16k x 9 heads is 300 MB a tensor — and it, not the probes, was what grew (benchmarks/README.md).
 
 With ``window=W`` the text is instead cut into independent windows of W tokens, each one forward from
 position 0 with no cache (a corpus of 100k tokens is far beyond a model's context, and a neuron's top
@@ -25,9 +28,14 @@ from attnlab.models.trace import Trace, resolve
 from attnlab.probes.base import Probe
 
 
+# query-key pairs per forward: 151 MB per attention tensor for SmolLM2's 9 heads; chunks of 512 keep their
+# size up to ~7,700 tokens and shrink past it (about half of 512 at 16k)
+MAX_SCORES = 1 << 22
+
+
 @torch.no_grad()
 def stream(model: nn.Module, ids: torch.Tensor, probes: list[Probe], chunk: int = 512, progress=None,
-           window: int | None = None) -> None:
+           window: int | None = None, max_scores: int = MAX_SCORES) -> None:
     """Run ``ids`` (T,) through ``model`` in chunks of ``chunk`` tokens (or, with ``window``, in independent
     windows); every probe sees the hook points it needs, chunk by chunk, in forward order. The model is
     unchanged afterwards (hooks removed, its attention implementation restored)."""
@@ -54,13 +62,14 @@ def stream(model: nn.Module, ids: torch.Tensor, probes: list[Probe], chunk: int 
                 if progress is not None:
                     progress.update(piece.shape[1])
         return
-    past = None
+    past, start = None, 0
     with Trace(model, names, on=on):
-        for start in range(0, ids.numel(), chunk):
+        while start < ids.numel():
             at["start"] = start
-            piece = ids[None, start:start + chunk].to(device)  # (1, t)
+            t = min(chunk, max(1, max_scores // (start + chunk)))  # t x (start + t) <= max_scores, near enough
+            piece = ids[None, start:start + t].to(device)  # (1, t)
             # logits only for the last position: a chunk's full logits (t x vocab) would be the largest tensor
             out = model(piece, past_key_values=past, use_cache=True, logits_to_keep=1)
-            past = out.past_key_values
+            past, start = out.past_key_values, start + piece.shape[1]
             if progress is not None:
                 progress.update(piece.shape[1])
