@@ -51,6 +51,11 @@ class Probe:
         return {}
 
 
+def layer_of(name: str) -> int:
+    """The layer index of a hook name: 'blocks.3.resid_post' -> 3."""
+    return int(name.split(".")[1])
+
+
 PROBES: Registry[type[Probe]] = Registry("probe", hint="see `attnlab probe --help` for the list")
 
 

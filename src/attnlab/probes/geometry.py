@@ -27,12 +27,7 @@ from attnlab.core.errors import UsageError
 from attnlab.core.metrics import CosineSums, attention_entropy
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, register
-
-
-def _layer(name: str) -> int:
-    """'blocks.3.resid_post' -> 3."""
-    return int(name.split(".")[1])
+from attnlab.probes.base import Probe, layer_of, register
 
 
 @register
@@ -58,7 +53,7 @@ class SimilarityProbe(Probe):
         self._pre: torch.Tensor | None = None
 
     def see(self, name: str, t: torch.Tensor, start: int) -> None:
-        i = _layer(name)
+        i = layer_of(name)
         if name.endswith("resid_pre"):
             self._pre = t[0].to(torch.float64, copy=True)  # (t, d): held until this layer's resid_post
         elif name.endswith("resid_post"):
@@ -163,7 +158,7 @@ class OrthogonalityProbe(Probe):
         if not len(self._rel):
             return
         x = t[0].double()  # (t, d)
-        layer = 0 if name == "embed" else _layer(name) + 1
+        layer = 0 if name == "embed" else layer_of(name) + 1
         for out, v in ((self.cosines, x), (self.centred, x - x[self._lo:].mean(0))):
             cos = torch.nn.functional.cosine_similarity(v[self._rel[:, 0]], v[self._rel[:, 1]], dim=-1)  # (m,)
             out[layer].append(cos.float())

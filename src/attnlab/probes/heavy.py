@@ -27,14 +27,9 @@ from attnlab.core.fit import power_law_fit, rank_frequency
 from attnlab.core.metrics import received_attention
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, register
+from attnlab.probes.base import Probe, layer_of, register
 
 EPS = 1e-9  # ceil(share · n) without float noise: 0.1 · 30 = 3.0000000000000004 must keep 3 keys
-
-
-def layer_of(name: str) -> int:
-    """The layer index of a hook name ``blocks.{i}.…``."""
-    return int(name.split(".")[1])
 
 
 def top_counts(n_visible: torch.Tensor, share: float) -> torch.Tensor:

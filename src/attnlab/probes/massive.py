@@ -17,8 +17,7 @@ from torch import nn
 from attnlab.core.errors import UsageError
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, register
-from attnlab.probes.heavy import layer_of
+from attnlab.probes.base import Probe, layer_of, register
 
 LO, HI, WIDTH = -10.0, 6.0, 0.005  # log10 |h| histogram: range and bin width
 BINS = round((HI - LO) / WIDTH)

@@ -45,7 +45,7 @@ from torch import nn
 from attnlab.core.errors import UsageError
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, register
+from attnlab.probes.base import Probe, layer_of, register
 
 
 class CoOccurrence:
@@ -142,7 +142,7 @@ class ScanSnapProbe(Probe):
     def see(self, name: str, t: torch.Tensor, start: int) -> None:
         if start != self._start:
             self._draw(start, t.shape[2])
-        layer = int(name.split(".")[1])
+        layer = layer_of(name)
         i, j = self._new
         p = t[0].float()  # (H, t, S)
         r = i - start  # rows of the sampled queries in this chunk

@@ -34,7 +34,7 @@ from attnlab.core.errors import UsageError
 from attnlab.core.metrics import sink_share
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, register
+from attnlab.probes.base import Probe, layer_of, register
 
 
 def chance_share(first: int, n_tokens: int) -> tuple[float, float]:
@@ -70,7 +70,7 @@ class SinkProbe(Probe):
         self.queries = torch.zeros(d.n_layers, dtype=torch.long)
 
     def see(self, name: str, t: torch.Tensor, start: int) -> None:
-        layer = int(name.split(".")[1])
+        layer = layer_of(name)
         rows = t[0, :, max(0, self.first - start):]  # (H, q, S): the queries at positions >= first; a view
         # float64 only for the few columns read: a copy of the whole chunk would be H x q x S doubles
         self.on_first[layer] += sink_share(rows).double().sum(-1)  # (H,)

@@ -26,7 +26,7 @@ import torch
 from attnlab.core.errors import UsageError
 from attnlab.experiments.claims import finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, register
+from attnlab.probes.base import Probe, layer_of, register
 
 
 def spread_layers(n_layers: int) -> list[int]:
@@ -99,7 +99,7 @@ class SuperpositionProbe(Probe):
         self.positions = {i: torch.full((self.top, d.d_ff), -1) for i in self.layers}  # (k, d_ff)
 
     def see(self, name: str, t: torch.Tensor, start: int) -> None:
-        i = int(name.split(".")[1])
+        i = layer_of(name)
         if i not in self.values:
             return
         h = t[0].float()  # (t, d_ff)

@@ -231,10 +231,11 @@ class _Layer:
         """x (N, d) -> what enters the output projection, computed densely, each row's dropped units zero;
         ``a``: the gate activations the rule already computed (CATS, the oracle) or None."""
         pre = _linear(self.mlp.in_proj, x)  # (N, d_ff)
-        if self.gated and a is None:
-            a = self.mlp.act_fn(_linear(self.mlp.gate_proj, x))
-        t = pre if self.flat else (a * pre if self.gated else self.mlp.act_fn(pre))
-        return t * mask
+        if self.gated and a is not None:  # the rule's gate activations: no second gate matmul
+            h = a * pre
+        else:
+            _, h = self._hidden(_linear(self.mlp.gate_proj, x) if self.gated else None, pre)
+        return (pre if self.flat else h) * mask
 
 
 class SparseMLP:
