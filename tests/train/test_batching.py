@@ -67,3 +67,29 @@ def test_random_batcher_draws_from_the_given_generator_and_evaluates_on_fixed_wi
     assert torch.equal(b.probe(ids), torch.arange(5).view(1, 5))  # (1, T)
     with pytest.raises(UsageError, match="fewer than bptt\\+1=6"):
         b.prepare(torch.arange(5), "validation")
+
+
+@pytest.mark.parametrize("name", ["bptt", "random"])
+def test_training_chunks_do_not_all_start_with_one_token(name):
+    """A stream with an end-of-text id between documents (as the corpora give): if every chunk began with
+    it, it would become a sink by accident. The chunks must start all over the text."""
+    eos, doc = 0, torch.arange(1, 40)
+    ids = torch.cat([torch.cat([torch.tensor([eos]), doc]) for _ in range(30)])  # (1200,)
+    batcher = make_batcher(name, 8, 16)
+    src = batcher.prepare(ids, "training")
+    gen = torch.Generator().manual_seed(0)
+    firsts = torch.cat([batcher.batch(src, step, gen)[0][:, 0] for step in range(20)])  # (160,)
+    assert (firsts == eos).float().mean() < 0.2 and firsts.unique().numel() > 10
+
+
+def test_prepend_sink_puts_the_sink_first_and_predicts_the_first_token():
+    from attnlab.train.batching import PrependSink
+
+    batcher = PrependSink(make_batcher("bptt", 4, 6), 99)
+    src = batcher.prepare(torch.arange(1, 60), "training")
+    x, y = batcher.batch(src, 0, torch.Generator())
+    inner_x, inner_y = BPTT(4, 6).batch(src, 0, torch.Generator())
+    assert x.shape == y.shape == (4, 7) and (x[:, 0] == 99).all()
+    assert torch.equal(x[:, 1:], inner_x) and torch.equal(y[:, 1:], inner_y) and torch.equal(y[:, 0], inner_x[:, 0])
+    assert (batcher.probe(src)[:, 0] == 99).all()
+    assert all((bx[:, 0] == 99).all() for bx, _ in batcher.eval_batches(src, 2))

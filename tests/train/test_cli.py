@@ -188,3 +188,39 @@ def test_resume_refuses_a_changed_act(corpus, tmp_path, capsys, monkeypatch):
         assert _files(out) == before
     assert _train(corpus, out, *llama, "--act", "relu", "--steps", "4", "--resume") == 0
     assert _lines(out)[-1]["step"] == 4
+
+
+def test_attention_variant_is_refused_where_it_shapes_nothing(corpus, tmp_path, capsys, no_tokenizer):
+    for extra, fragment in [([], "--attention apply to --model llama only"),
+                            (["--model", "llama", "--attention", "sigmoid"], "invalid choice: 'sigmoid'")]:
+        assert _train(corpus, tmp_path / "r", "--attention", "softmax1", *extra, "--steps", "2") == 2, extra
+        _assert_one_line(capsys, fragment)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["sink-logit", "sink-token"])
+def test_an_attention_variant_trains_saves_and_reloads(corpus, tmp_path, capsys, monkeypatch, variant):
+    """The variant reaches the checkpoint: model/ reloads as it, a sink-token model with its own vocabulary
+    entry (the tokenizer saved beside it knows it), and the probe records the sink metrics."""
+    import torch
+
+    from attnlab.models.causal_lm import load_causal_lm
+    from attnlab.models.tokenizer import SINK, load_tokenizer
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    llama = ["--model", "llama", "--vocab-size", "300", "--layers", "1", "--optimizer", "adamw", "--lr", "1e-2",
+             "--weight-decay", "0.1", "--attention", variant]
+    assert _train(corpus, out, *llama, "--steps", "4") == 0
+    model = load_causal_lm(out / "model")
+    assert model.hf.config.attention_variant == variant
+    line = _lines(out)[-1]
+    assert len(line["sink_rate"]) == 8 + (variant == "sink-token")  # k < T: bptt 8, plus the sink's position
+    assert len(line["norm0_ratio"]) == 1
+    if variant == "sink-logit":
+        assert not torch.equal(model.hf.model.layers[0].self_attn.sinks, torch.zeros(2))  # it learned
+    else:
+        tok = load_tokenizer(out / "model")
+        assert model.sink_token_id == tok.sink_id == tok.vocab_size - 1 == model.hf.config.vocab_size - 1
+        assert SINK not in tok.decode(tok.encode_lines(["the cat sat"]).tolist())

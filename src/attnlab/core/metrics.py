@@ -7,6 +7,8 @@ Uniform attention over n entries gives log n (2.303 for n = 10); one-hot gives 0
 
 The sink share of a row is its weight on key 0, the first token: the "attention sink" that
 StreamingLLM keeps. Causal attention on a uniform row of length i gives 1/i; a sink row gives 1.
+Gu et al.'s sink rate (ICLR 2025) counts heads instead: importance_k = mean over queries i >= k of
+a[i, k]; Sink_k^eps = the share of (layer, head) pairs with importance_k > eps (0.3).
 """
 from __future__ import annotations
 
@@ -23,6 +25,28 @@ def attention_entropy(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
 def sink_share(a: torch.Tensor) -> torch.Tensor:
     """a: (..., n) rows summing to 1 -> (...,) share of each row on the first key (token 0)."""
     return a[..., 0]
+
+
+def sink_importance(a: torch.Tensor, k_max: int = 10) -> torch.Tensor:
+    """a: (B, H, T, T) causal maps -> (H, k_max): importance_k, the mean over batch and queries i >= k of
+    a[i, k], for k = 0 .. k_max-1 (Gu et al.)."""
+    k = min(k_max, a.shape[-1])
+    cols = a[..., :k].float()  # (B, H, T, k)
+    seen = torch.arange(a.shape[-2], device=a.device)[:, None] >= torch.arange(k, device=a.device)  # (T, k): i >= k
+    return (cols * seen).sum((0, 2)) / (seen.sum(0) * a.shape[0])  # (H, k)
+
+
+def sink_rate(maps: list[torch.Tensor], eps: float = 0.3, k_max: int = 10) -> list[float]:
+    """Sink_k^eps for k = 0 .. k_max-1 over all layers' heads: maps [(B, H, T, T)] per layer."""
+    imp = torch.cat([sink_importance(a, k_max) for a in maps])  # (L*H, k)
+    return (imp > eps).float().mean(0).tolist()
+
+
+def position_norm_ratio(h: torch.Tensor) -> torch.Tensor:
+    """h: (B, T, d) hidden states -> the norm at position 0 over the mean norm at positions 1.., averaged
+    over the batch: about 1 without a massive activation on the first token, >> 1 with one."""
+    norms = h.float().norm(dim=-1)  # (B, T)
+    return (norms[:, 0] / norms[:, 1:].mean(-1)).mean()
 
 
 def received_attention(probs: torch.Tensor) -> torch.Tensor:

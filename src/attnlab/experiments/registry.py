@@ -27,6 +27,7 @@ PARTS = (
     ("attnlab.train", "real text"),
     ("attnlab.probes", "probes: inside a pretrained model"),
     ("attnlab.kv", "KV-cache policies"),
+    ("attnlab.sinks", "attention sinks from scratch"),
     ("attnlab.rope", "RoPE scaling"),
     ("attnlab.sparsity", "contextual sparsity"),
 )

@@ -4,7 +4,9 @@ Registered with transformers' attention-function registry (and ``sdpa_mask`` wit
 registry) by :func:`register`, which :class:`attnlab.kv.cache.PolicyCache` calls on entering its
 context. Stored slots are unordered after eviction, so the model's positional mask cannot describe
 them: the layer's own ``visible()`` mask does. For H2O it hands the layer the post-softmax attention
-each slot receives. It finds its cache through the attention module (bound by the cache's context
+each slot receives. A module with a sink logit per head (``module.sinks``: the softmax1 and sink-logit
+variants of :mod:`attnlab.core.attention`) is normalised as it was trained, with
+:func:`~attnlab.core.attention.sink_softmax`. It finds its cache through the attention module (bound by the cache's context
 in :data:`BOUND`) and its layer as transformers' own cache does, by the module's ``layer_idx``; a
 call without a bound cache (a plain DynamicCache, or none) is plain SDPA. Pinned to transformers 5.23.
 """
@@ -19,7 +21,9 @@ from transformers.cache_utils import Cache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from attnlab.core.attention import sink_softmax
 from attnlab.core.metrics import received_attention
+from attnlab.models.variants import maps_attention
 
 ATTN_NAME = "attnlab_kv"
 # attention module -> the PolicyCache whose context binds it (the attention function's only way to its cache)
@@ -41,8 +45,8 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     cache = BOUND.get(module)
     layer = cache.layers[module.layer_idx] if cache is not None else None
     if layer is None or key is not layer.keys:  # not this cache's keys (a plain DynamicCache, none): plain SDPA
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        plain = maps_attention if getattr(module, "sinks", None) is not None else sdpa_attention_forward
+        return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     g = hq // hkv  # query heads per KV head
@@ -50,15 +54,17 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     if real is not None:
         layer.update_padding(real)
     mask = layer.visible()  # (B, Hkv, q, S) or None
-    if layer.score is not None:  # H2O: materialise the probabilities it scores on
+    sink = getattr(module, "sinks", None)  # (Hq,): a joined logit per head, or None (plain softmax)
+    if layer.score is not None or sink is not None:  # materialise the probabilities (H2O scores on them)
         # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
         # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
         qg = query.reshape(b, hkv, g * q, d)
         logits = (qg @ key.transpose(-1, -2)) * scaling  # (B, Hkv, g*q, S)
         if mask is not None:
             logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
-        probs = logits.float().softmax(-1)
-        layer.update_scores(received_attention(probs))  # (B, Hkv, S): column sums over the group's heads and queries
+        probs = sink_softmax(logits.view(b, hkv * g, q, s), sink).view(b, hkv, g * q, s)
+        if layer.score is not None:
+            layer.update_scores(received_attention(probs))  # (B, Hkv, S): column sums over the group's heads and queries
         out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
     else:
         full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)

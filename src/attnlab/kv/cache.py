@@ -38,6 +38,7 @@ from attnlab.kv.attention import ATTN_NAME, BOUND, register as register_attentio
 from attnlab.kv.policies import KVPolicy, SlotState
 from attnlab.models import arch
 from attnlab.models.rotary import RopeSpec, is_dynamic
+from attnlab.models.variants import sink_token_id
 
 POSITIONS = ("original", "rolling")
 
@@ -212,6 +213,13 @@ def _rolling_rope(model: torch.nn.Module) -> RopeSpec:
         raise UsageError("rolling positions re-rotate keys with fixed RoPE frequencies, but dynamic NTK "
                          "changes them with the length: use --positions original or a static scaling")
     return RopeSpec.of(model)
+
+
+def check_sink_slot(model: torch.nn.Module, policy: KVPolicy) -> None:
+    """A model pre-trained with a sink token must keep it: refuse an evicting policy with no sink slot."""
+    if sink_token_id(model) is not None and policy.needs_budget and getattr(policy, "n_sink", 0) < 1:
+        raise UsageError(f"this model was pre-trained with a sink token, which {policy.describe()} would evict: "
+                         "keep its slot with --policy sinks (or sinks+h2o) and --n-sink 1 or more")
 
 
 class PolicyCache(Cache):

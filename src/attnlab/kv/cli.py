@@ -61,12 +61,13 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
     """The policy's stream, the dense one and (on request) the recomputed window: NLL, bytes, speed."""
     from attnlab.evals.inputs import load_stream
     from attnlab.evals.streaming import recompute_nll, stream_nll
-    from attnlab.kv.cache import PolicyCache
+    from attnlab.kv.cache import PolicyCache, check_sink_slot
     from attnlab.kv.plots import stream_figure
     from attnlab.kv.policies import make_policy
 
     policy = cfg.make_policy()
     model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx.device, fix="--text PATH")
+    check_sink_slot(model, policy)
     cache = PolicyCache(model, policy, cfg.positions)  # refuses rolling on learned positions, before any work
     runs = {}
     with ctx.progress(len(ids) - 1, policy.describe()) as bar:

@@ -69,7 +69,7 @@ _LLAMA = Arch(
     embed="model.embed_tokens", pos_embed=None, lm_head="lm_head", rotary="model.rotary_emb", position=ROPE)
 
 ARCHS: dict[str, Arch] = {
-    **{f: replace(_LLAMA, family=f) for f in ("llama", "mistral", "qwen2", "qwen3")},
+    **{f: replace(_LLAMA, family=f) for f in ("llama", "mistral", "qwen2", "qwen3", "attnlab_llama")},
     "gpt_neox": Arch(
         family="gpt_neox", layers="gpt_neox.layers", attn="attention", q=None, k=None, v=None,
         qkv="attention.query_key_value", o="attention.dense", mlp="mlp", mlp_in="mlp.dense_h_to_4h", mlp_gate=None,

@@ -21,8 +21,12 @@ from transformers.activations import ACT2FN
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
+from attnlab.core.attention import VARIANTS
 from attnlab.core.errors import ConfigError, UsageError, first_line
 from attnlab.core.io import staged_dir
+from attnlab.core.metrics import position_norm_ratio
+from attnlab.models import arch
+from attnlab.models.variants import VariantLlamaConfig, VariantLlamaForCausalLM, sink_token_id
 
 hf_logging.disable_progress_bar()  # a "Loading weights" bar on every from_pretrained drowns our own
 
@@ -33,7 +37,8 @@ class LlamaLMConfig:
 
     The MLP is down(act(gate(x)) * up(x)); ``act`` is transformers' ``hidden_act``: "silu" (SwiGLU,
     SmolLM2's), "relu" (exact zeros wherever gate(x) < 0: the naturally sparse setting of Deja Vu's
-    OPT models) or "gelu" (GeGLU)."""
+    OPT models) or "gelu" (GeGLU). ``attention`` is one of :data:`attnlab.core.attention.VARIANTS`;
+    a ``sink-token`` model's sink is the id ``sink_token_id`` (a vocabulary entry of its own)."""
 
     vocab_size: int
     d_model: int = 256
@@ -47,6 +52,8 @@ class LlamaLMConfig:
     tie_embeddings: bool = True
     eos_id: int | None = None
     act: str = "silu"
+    attention: str = "softmax"
+    sink_token_id: int | None = None
 
     def __post_init__(self):
         if min(self.vocab_size, self.d_model, self.n_layers, self.n_heads, self.n_kv_heads, self.d_ffn,
@@ -61,9 +68,21 @@ class LlamaLMConfig:
             raise ConfigError(f"dropout={self.dropout}, rope_theta={self.rope_theta}: need 0 <= dropout < 1, theta > 0")
         if self.act not in ACT2FN:
             raise ConfigError(f"act={self.act!r} is not a transformers activation: use silu, relu or gelu")
+        if self.attention not in VARIANTS:
+            raise ConfigError(f"attention={self.attention!r}: use one of {', '.join(VARIANTS)}")
+        if self.attention == "sink-token" and not (self.sink_token_id is not None
+                                                   and 0 <= self.sink_token_id < self.vocab_size):
+            raise ConfigError(f"a sink-token model needs sink_token_id in [0, vocab_size={self.vocab_size}): a "
+                              "vocabulary entry of its own")
 
     def to_hf(self) -> LlamaConfig:
-        return LlamaConfig(
+        if self.attention != "softmax":  # a variant: the attnlab_llama type, which saves and reloads it
+            extra = {"sink_token_id": self.sink_token_id} if self.attention == "sink-token" else {}
+            return VariantLlamaConfig(attention_variant=self.attention, **extra, **self._llama_kwargs())
+        return LlamaConfig(**self._llama_kwargs())
+
+    def _llama_kwargs(self) -> dict:
+        return dict(
             vocab_size=self.vocab_size, hidden_size=self.d_model, intermediate_size=self.d_ffn,
             num_hidden_layers=self.n_layers, num_attention_heads=self.n_heads, num_key_value_heads=self.n_kv_heads,
             max_position_embeddings=self.max_len, attention_dropout=self.dropout, hidden_act=self.act,
@@ -97,6 +116,26 @@ class CausalLM(nn.Module):
             self.hf.set_attn_implementation(impl)
         return out.logits, list(out.attentions)  # [(B, H, T, T)] per layer
 
+    @property
+    def sink_token_id(self) -> int | None:
+        """The id a sink-token model's every sample starts with (the trainer prepends it); None otherwise."""
+        return sink_token_id(self.hf)
+
+    @torch.no_grad()
+    def probe_stats(self, x: torch.Tensor) -> dict:
+        """What the trainer's probe records beyond the maps: per layer, the residual stream's norm at
+        position 0 over the mean norm at the others (massive activations sit on the first token). x: (B, T).
+        Read at the decoder layers' outputs: transformers' last hidden state is after the final norm."""
+        outs: list[torch.Tensor] = []
+        keep = lambda module, args, out: outs.append(out[0] if isinstance(out, tuple) else out)  # noqa: E731
+        hooks = [layer.register_forward_hook(keep) for layer in arch.layers(self.hf)]
+        try:
+            self.hf(input_ids=x, use_cache=False)
+        finally:
+            for h in hooks:
+                h.remove()
+        return {"norm0_ratio": [float(position_norm_ratio(h)) for h in outs]}  # h: (B, T, d)
+
     def save_pretrained(self, folder: str | Path, tokenizer=None) -> Path:
         """Write a standard checkpoint folder (with the tokenizer's files), replacing it whole: the
         new folder is complete before the old one is moved aside, so a kill never leaves neither."""
@@ -111,7 +150,8 @@ class CausalLM(nn.Module):
 
 def build_llama(cfg: LlamaLMConfig) -> CausalLM:
     """A freshly initialised Llama (transformers' init: N(0, 0.02) weights) from our config."""
-    return CausalLM(LlamaForCausalLM(cfg.to_hf()))
+    hf = cfg.to_hf()
+    return CausalLM(VariantLlamaForCausalLM(hf) if isinstance(hf, VariantLlamaConfig) else LlamaForCausalLM(hf))
 
 
 def causal_lm_config(path: str | Path, hint: str = ""):

@@ -29,6 +29,7 @@ from attnlab.core.errors import UsageError, first_line
 from attnlab.data.vocab import BASIC_ENGLISH_RULES, UNK, Vocab, basic_english
 
 EOS = "<|endoftext|>"
+SINK = "<|sink|>"  # the learnable sink token of a sink-token model: a vocabulary entry of its own
 KINDS = ("word", "bpe")
 
 
@@ -46,6 +47,17 @@ class LabTokenizer:
     @property
     def eos_id(self) -> int | None:
         return self.fast.eos_token_id
+
+    @property
+    def sink_id(self) -> int | None:
+        """The sink token's id, once :meth:`add_sink` has added it (a saved tokenizer keeps it)."""
+        return self.fast.convert_tokens_to_ids(SINK) if SINK in self.fast.get_vocab() else None
+
+    def add_sink(self) -> int:
+        """Add the sink token as a new special entry (idempotent) -> its id, the last of the vocabulary."""
+        if self.sink_id is None:
+            self.fast.add_special_tokens({"additional_special_tokens": [SINK]})
+        return self.sink_id
 
     def encode_lines(self, lines: Iterable[str]) -> torch.Tensor:
         """All lines' ids, concatenated -> (N,) long."""

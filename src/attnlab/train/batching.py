@@ -128,6 +128,42 @@ class RandomWindows:
         return source[: self.bptt].view(1, -1)  # (1, T)
 
 
+@dataclass(frozen=True)
+class PrependSink:
+    """Another batcher's batches with a learnable sink token before every sample (StreamingLLM's
+    pre-training): inputs (B, T) -> (B, T+1) starting with ``sink``; targets gain the first input token,
+    the one the sink position predicts. Everything else is the inner batcher's."""
+
+    inner: Batcher
+    sink: int
+
+    @property
+    def batch_size(self) -> int:
+        return self.inner.batch_size
+
+    @property
+    def bptt(self) -> int:
+        return self.inner.bptt
+
+    def prepare(self, ids: torch.Tensor, split: str) -> torch.Tensor:
+        return self.inner.prepare(ids, split)
+
+    def _with_sink(self, xy: Batch) -> Batch:
+        x, y = xy  # each (B, T)
+        first = torch.full_like(x[:, :1], self.sink)  # (B, 1)
+        return torch.cat([first, x], 1), torch.cat([x[:, :1], y], 1)  # each (B, T+1)
+
+    def batch(self, source: torch.Tensor, step: int, gen: torch.Generator) -> Batch:
+        return self._with_sink(self.inner.batch(source, step, gen))
+
+    def eval_batches(self, source: torch.Tensor, limit: int) -> Iterator[Batch]:
+        return map(self._with_sink, self.inner.eval_batches(source, limit))
+
+    def probe(self, source: torch.Tensor) -> torch.Tensor:
+        x = self.inner.probe(source)  # (B', T)
+        return torch.cat([torch.full_like(x[:, :1], self.sink), x], 1)  # (B', T+1)
+
+
 BATCHERS: Registry[type] = Registry("batching")
 BATCHERS.add("bptt", BPTT)
 BATCHERS.add("random", RandomWindows)

@@ -21,6 +21,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from attnlab.core.attention import VARIANTS
 from attnlab.core.errors import UsageError
 
 GROUP = "training"
@@ -29,8 +30,9 @@ MODEL_DEFAULTS = {  # --layers, --heads, --d-model, --d-ffn, --dropout, --act wh
     "tutorial": {"layers": 1, "heads": 1, "d_model": 200, "d_ffn": 200, "dropout": 0.2},
     "llama": {"layers": 4, "heads": 4, "d_model": 256, "d_ffn": 768, "dropout": 0.0, "act": "silu"},
 }
-ARCH_FLAGS = ("layers", "heads", "kv_heads", "d_model", "d_ffn", "dropout", "max_len", "rope_theta", "act")
-LLAMA_ONLY = ("kv_heads", "max_len", "rope_theta", "act")
+ARCH_FLAGS = ("layers", "heads", "kv_heads", "d_model", "d_ffn", "dropout", "max_len", "rope_theta", "act",
+              "attention")
+LLAMA_ONLY = ("kv_heads", "max_len", "rope_theta", "act", "attention")
 ACTS = ("silu", "relu", "gelu")  # the MLP gate's activation (transformers' hidden_act names)
 RESUME_FREE = ("steps", "resume", "device", "out")  # may differ when a run is resumed or extended
 NOT_SETTINGS = ("func", "argv")  # put on args by attnlab.cli: how it was called, not what the run is
@@ -80,9 +82,16 @@ def add_commands(sub) -> None:
     m.add_argument("--act", choices=ACTS,
                    help="llama: the MLP gate's activation in down(act(gate(x))*up(x)): silu (SwiGLU), relu (exact "
                         "zeros where gate(x) < 0: a naturally sparse model) or gelu (default silu)")
+    m.add_argument("--attention", choices=VARIANTS,
+                   help="llama: the attention variant (saved in the checkpoint): softmax (vanilla), softmax1 "
+                        "(off-by-one: a zero logit joined to each row), sink-logit (a learned logit per head, "
+                        "gpt-oss), gated (a sigmoid gate per head on the output, Qwen) or sink-token (a new "
+                        "vocabulary entry prepended to every sample, StreamingLLM's learnable sink); default softmax")
     t = p.add_argument_group("training")
-    t.add_argument("--optimizer", default="sgd", help="sgd or adam (default sgd)")
+    t.add_argument("--optimizer", default="sgd", help="sgd, adam or adamw (default sgd)")
     t.add_argument("--lr", type=float, default=5.0)
+    t.add_argument("--weight-decay", type=float, default=0.0,
+                   help="weight decay (decoupled for adamw; Gu et al.: larger values encourage sinks; default 0)")
     t.add_argument("--group-lr", action="append", default=[], metavar="GLOB=LR",
                    help="learning rate for parameters whose name matches GLOB (repeatable)")
     t.add_argument("--clip", type=float, default=0.5, help="max gradient norm (0: off)")
@@ -159,7 +168,7 @@ def _check_model_args(args) -> None:
         raise UsageError(f"{', '.join(given)} shape a new model; --model {args.model} is loaded as it is")
 
 
-def _build_model(args, vocab_size: int):
+def _build_model(args, vocab_size: int, sink_id: int | None = None):
     """The new model named by --model (tutorial or llama), architecture defaults filled in."""
     import torch
 
@@ -172,11 +181,13 @@ def _build_model(args, vocab_size: int):
                                                   arch["layers"], arch["dropout"]))
     from attnlab.models.causal_lm import LlamaLMConfig, build_llama
 
-    heads = arch["heads"]
+    heads, attention = arch["heads"], arch["attention"] or "softmax"
     return build_llama(LlamaLMConfig(
         vocab_size, arch["d_model"], arch["layers"], heads,
-        arch["kv_heads"] or (heads // 2 if heads % 2 == 0 else heads), arch["d_ffn"], arch["max_len"] or args.bptt,
-        arch["rope_theta"] or 10000.0, arch["dropout"], act=arch["act"]))
+        arch["kv_heads"] or (heads // 2 if heads % 2 == 0 else heads), arch["d_ffn"],
+        (arch["max_len"] or args.bptt) + (attention == "sink-token"),  # the sink takes a position of its own
+        arch["rope_theta"] or 10000.0, arch["dropout"], act=arch["act"], attention=attention,
+        sink_token_id=sink_id if attention == "sink-token" else None))
 
 
 def _train_config(args):
@@ -190,6 +201,7 @@ def _train_config(args):
     except ValueError:
         raise UsageError(f"--snapshot-steps {args.snapshot_steps!r}: give comma-separated integers") from None
     return TrainConfig(optimizer=args.optimizer, lr=args.lr, group_lrs=tuple(args.group_lr), clip=args.clip,
+                       weight_decay=args.weight_decay,
                        batching=args.batching, batch_size=args.batch_size, bptt=args.bptt, steps=args.steps,
                        track_every=args.track_every, eval_every=args.eval_every, snapshot_steps=snaps,
                        checkpoint_every=args.checkpoint_every, seed=args.seed)
@@ -223,10 +235,12 @@ def _model_and_tokenizer(args, train_lines: list[str]):
     else:
         spec = args.tokenizer or {"tutorial": "word", "llama": "bpe"}.get(args.model, args.model)
         tokenizer = make_tokenizer(spec, train_lines, args.vocab_size)
+        if args.attention == "sink-token":
+            tokenizer.add_sink()  # a new vocabulary entry, never produced by encoding text
     if loaded is not None and loaded.hf.config.vocab_size < tokenizer.vocab_size:
         raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's embedding only "
                          f"{loaded.hf.config.vocab_size}: use the model's own tokenizer")
-    return loaded or _build_model(args, tokenizer.vocab_size), tokenizer
+    return loaded or _build_model(args, tokenizer.vocab_size, tokenizer.sink_id), tokenizer
 
 
 def cmd_train(args) -> int:

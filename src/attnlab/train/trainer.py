@@ -35,10 +35,10 @@ from torch import nn
 
 from attnlab.core.errors import ConfigError, UsageError
 from attnlab.core.io import write_atomic
-from attnlab.core.metrics import attention_entropy, sink_share
-from attnlab.train.batching import BATCHERS, make_batcher
+from attnlab.core.metrics import attention_entropy, sink_rate, sink_share
+from attnlab.train.batching import BATCHERS, PrependSink, make_batcher
 
-OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 # what checkpoint.pt holds; torch.load(weights_only=True) reads it: tensors, dicts, lists, numbers, strings
 CHECKPOINT_KEYS = ("model", "optimizer", "step", "loss_acc", "torch_rng", "window_rng", "config", "snapshots")
 
@@ -51,6 +51,7 @@ class TrainConfig:
     # lr 10 for the layer-0 FFN and 5 elsewhere: ("layers.0.linear*=10",)
     group_lrs: tuple[str, ...] = ()
     clip: float = 0.5  # max gradient norm; 0 disables
+    weight_decay: float = 0.0  # L2 (sgd, adam) or decoupled (adamw); Gu et al.: sinks grow with it
     batching: str = "bptt"  # a name in attnlab.train.batching.BATCHERS
     batch_size: int = 20  # parallel streams (bptt) or windows (random)
     bptt: int = 35  # sequence length
@@ -67,8 +68,9 @@ class TrainConfig:
             raise ConfigError(f"optimizer={self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
         if self.batching not in BATCHERS:
             raise ConfigError(BATCHERS.unknown(self.batching))
-        if not self.lr > 0 or self.clip < 0:
-            raise ConfigError(f"lr={self.lr}, clip={self.clip}: need lr > 0 and clip >= 0")
+        if not self.lr > 0 or self.clip < 0 or self.weight_decay < 0:
+            raise ConfigError(f"lr={self.lr}, clip={self.clip}, weight_decay={self.weight_decay}: need lr > 0, "
+                              "clip >= 0 and weight_decay >= 0")
         for name in ("batch_size", "bptt", "track_every", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)}: use at least 1")
@@ -107,14 +109,15 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
     if unused := [rules[i][0] for i in range(len(rules)) if i not in matched]:
         raise ConfigError(f"group_lrs pattern(s) {unused} match no parameter; names look like "
                           f"{next(iter(dict(model.named_parameters())))!r}")
-    return [{"params": ps, "lr": lr} for lr, ps in groups.items()]
+    return [{"params": ps, "lr": lr, "weight_decay": cfg.weight_decay} for lr, ps in groups.items()]
 
 
 def attention_stats(maps: list[torch.Tensor]) -> dict:
-    """Per layer: entropy per head (mean over batch and query rows) and sink share (mean over all rows)."""
+    """Per layer: entropy per head (mean over batch and query rows) and sink share (mean over all rows);
+    over all heads: Gu et al.'s sink rate Sink_k^0.3 for k = 0..9."""
     entropy = [attention_entropy(a).mean((0, 2)).tolist() for a in maps]  # a: (B, H, T, T) -> (H,)
     first = [float(sink_share(a).mean()) for a in maps]  # (B, H, T) -> one number
-    return {"entropy": entropy, "first_token_share": first}
+    return {"entropy": entropy, "first_token_share": first, "sink_rate": sink_rate(maps)}
 
 
 class Trainer:
@@ -123,6 +126,8 @@ class Trainer:
         self.model, self.cfg, self.device = model.to(device), cfg, device
         self.run_dir = Path(run_dir)
         self.batcher = make_batcher(cfg.batching, cfg.batch_size, cfg.bptt)
+        if (sink := getattr(model, "sink_token_id", None)) is not None:  # every sample starts with the sink token
+            self.batcher = PrependSink(self.batcher, sink)
         self.train_src = self.batcher.prepare(train_ids, "training")
         self.valid_src = None if valid_ids is None else self.batcher.prepare(valid_ids, "validation")
         self.opt = OPTIMIZERS[cfg.optimizer](param_groups(model, cfg))
@@ -271,8 +276,11 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         _, maps = self.model(self._probe_x, attentions=True)
+        stats = attention_stats(maps)
+        if hasattr(self.model, "probe_stats"):  # what a model measures beyond its maps (hidden-state norms)
+            stats.update(self.model.probe_stats(self._probe_x))
         self.model.train(was_training)
-        return attention_stats(maps), maps
+        return stats, maps
 
     def _record(self, stats: dict, train_loss: float | None) -> dict:
         line = {"step": self.step, "train_loss": train_loss, **stats}

@@ -1,0 +1,180 @@
+"""``sink-pretraining``: why sinks form, tested by pre-training the same model with five attention variants
+and streaming each through caches 0+W, 1+(W-1), 2+(W-2), 4+(W-4) (StreamingLLM §3.3, Table 3; Gu et al.
+ICLR 2025 for when sinks emerge).
+
+Claims, fixed before the first run (thresholds in the config):
+
+1. a sink emerges in the vanilla model: Sink_0^0.3 on held-out text >= ``sink_emerges`` (Gu et al.'s
+   metric; the premise of everything below -- at small scale it may not, and then the rest says so);
+2. vanilla 0+W is much worse than 4+(W-4): PPL ratio >= ``much_worse`` (published 27.87 / 18.05 = 1.54);
+3. the zero sink (softmax1) does not fix it: its 0+W / 4+(W-4) ratio >= ``much_worse`` too (published 29214 / 18.01);
+4. with a sink token one sink suffices: 1+(W-1) within ``one_sink_tol`` of 4+(W-4) (published 18.01 vs 18.02);
+5. with a sink token, evicting it hurts: 0+W / 1+(W-1) >= ``much_worse``. The slide prints this cell as 12.35,
+   which would make the evicted sink *better* than keeping it: checked as printed, an erratum if it fails;
+6-8. softmax1, sink-logit and gated attention each lower the held-out first-token share (deep layers) to
+   <= ``lower_share`` x vanilla's (they give a query somewhere else to put its spare mass);
+9. gated attention lowers the first-position norm ratio (massive activations) below vanilla's (Qwen).
+
+``checked=False`` (the quick mode: a tiny model, a few steps) reports every number as a finding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.core.attention import VARIANTS
+from attnlab.core.errors import ConfigError
+from attnlab.experiments.claims import check, erratum, finding
+from attnlab.experiments.registry import Result, register
+from attnlab.sinks.plots import emergence_figure, table_figure
+from attnlab.sinks.pretrain import load_corpus, run_variants
+from attnlab.sinks.table import AS_PRINTED, PUBLISHED, label, ppl
+
+
+@dataclass(frozen=True)
+class SinkPretrainConfig:
+    text: str = "war-and-peace"
+    holdout: float = 0.05  # the text's last lines: streaming and the held-out sink metrics
+    variants: tuple[str, ...] = VARIANTS
+    vocab_size: int = 2048
+    d_model: int = 64
+    layers: int = 4
+    heads: int = 4
+    d_ffn: int = 256
+    context: int = 256  # training windows
+    batch_size: int = 16
+    steps: int = 1200
+    lr: float = 6e-3  # Gu et al.'s levers: a higher rate and weight decay make sinks emerge sooner
+    weight_decay: float = 0.5
+    track_every: int = 50
+    eval_batches: int = 20
+    window: int = 128  # the cache W: n sinks + (W - n) recent
+    sinks: tuple[int, ...] = (0, 1, 2, 4)
+    stream_tokens: int = 2048  # held-out tokens streamed: 8 training contexts
+    probe_sequences: int = 100  # Gu et al.: 100 sequences of 64 tokens
+    probe_length: int = 64
+    keep_models: bool = True
+    workers: int = 2  # variants trained at once, each in its own process on its share of the cores
+    seed: int = 0
+    checked: bool = True  # False: every number a finding (the quick mode)
+    # claim thresholds, fixed before the first run
+    sink_emerges: float = 0.2
+    much_worse: float = 1.25
+    one_sink_tol: float = 0.03
+    lower_share: float = 0.8
+    deep_from: int = 1  # "deep layers" for the first-token share: layers >= this
+
+    def __post_init__(self):
+        if unknown := [v for v in self.variants if v not in VARIANTS]:
+            raise ConfigError(f"variants {unknown}: use some of {', '.join(VARIANTS)}")
+        if not self.variants or "softmax" not in self.variants:
+            raise ConfigError("variants must include softmax: every claim compares against the vanilla model")
+        if not self.sinks or min(self.sinks) < 0 or max(self.sinks) >= self.window:
+            raise ConfigError(f"sinks={self.sinks} with window={self.window}: each n must satisfy 0 <= n < window "
+                              "(the cache holds n sinks + window - n recent tokens)")
+        if self.stream_tokens <= self.window:
+            raise ConfigError(f"stream_tokens={self.stream_tokens} must exceed window={self.window}, or no cache evicts")
+        if self.workers < 1:
+            raise ConfigError(f"workers={self.workers}: use at least 1")
+        if not 0 < self.holdout < 1 or self.deep_from >= self.layers:
+            raise ConfigError(f"holdout={self.holdout} must lie in (0, 1) and deep_from={self.deep_from} < layers")
+
+
+def _deep(share: list[float], deep_from: int) -> float:
+    return float(np.mean(share[deep_from:]))
+
+
+def _claims(cfg: SinkPretrainConfig, table: dict, final: dict) -> list:
+    """The claims of the module docstring, from the PPL table {variant: {n: ppl}} and the held-out metrics."""
+    t, f, out = table, final, []
+    has = lambda *vs: all(v in t for v in vs)  # noqa: E731
+    lo, hi = min(cfg.sinks), max(cfg.sinks)
+    w = lambda n: label(n, cfg.window)  # noqa: E731
+    out.append(check(f"a sink emerges in the vanilla model: Sink_0^0.3 over {cfg.probe_sequences} held-out "
+                     f"sequences of {cfg.probe_length} tokens", f["softmax"]["sink_rate"][0], cfg.sink_emerges, 0,
+                     "at_least"))
+    if lo == 0 and hi >= 4:
+        for v, what in (("softmax", "vanilla"), ("softmax1", "zero sink (softmax1) does not fix it:")):
+            if has(v):
+                out.append(check(f"{what} {w(0)} is much worse than {w(hi)} (PPL ratio; published "
+                                 f"{PUBLISHED[v][0]:g} / {PUBLISHED[v][4]:g})", t[v][0] / t[v][hi], cfg.much_worse, 0,
+                                 "at_least"))
+    if has("sink-token") and 1 in cfg.sinks and hi >= 4:
+        out.append(check(f"with a sink token one sink suffices: {w(1)} within {cfg.one_sink_tol:.0%} of {w(hi)} "
+                         "(PPL ratio; published 18.01 / 18.02)", t["sink-token"][1] / t["sink-token"][hi], 1.0,
+                         cfg.one_sink_tol, "abs"))
+        if lo == 0:
+            r = t["sink-token"][0] / t["sink-token"][1]
+            printed = AS_PRINTED[("sink-token", 0)] / PUBLISHED["sink-token"][1]
+            out += erratum(
+                check(f"as printed on the slide: learnable sink 0+1024 = {AS_PRINTED[('sink-token', 0)]} beside 1+1023 = "
+                      f"18.01, i.e. evicting the sink token helps ({w(0)} / {w(1)} PPL ratio <= 1, printed "
+                      f"{printed:.2f})", r, 1.0, 0, "at_most"),
+                check(f"corrected: evicting the sink token hurts, {w(0)} / {w(1)} >= {cfg.much_worse} (the paper's "
+                      f"table reads {PUBLISHED['sink-token'][0]:g})", r, cfg.much_worse, 0, "at_least"))
+    base = _deep(f["softmax"]["first_token_share"], cfg.deep_from)
+    for v in ("softmax1", "sink-logit", "gated"):
+        if v in f:
+            share = _deep(f[v]["first_token_share"], cfg.deep_from)
+            out.append(check(f"{v} lowers the held-out first-token share of layers >= {cfg.deep_from} to <= "
+                             f"{cfg.lower_share} x vanilla's ({share:.3f} vs {base:.3f})", share / base,
+                             cfg.lower_share, 0, "at_most"))
+    if "gated" in f:
+        g, s = max(f["gated"]["norm0_ratio"]), max(f["softmax"]["norm0_ratio"])
+        out.append(check(f"gated attention lowers the largest first-position norm ratio below vanilla's ({g:.2f} vs "
+                         f"{s:.2f})", g / s, 1.0, 0, "at_most"))
+    return out if cfg.checked else [finding(c.claim, c.measured) for c in out]
+
+
+@register(
+    "sink-pretraining",
+    "Sinks from scratch: one small Llama pre-trained with softmax, softmax1, a learned sink logit, gated attention "
+    "and a sink token, streamed through caches 0+W .. 4+(W-4); when sinks emerge during training.",
+    SinkPretrainConfig,
+    quick={"d_model": 32, "layers": 2, "heads": 2, "d_ffn": 64, "vocab_size": 512, "context": 64, "batch_size": 8,
+           "steps": 40, "track_every": 10, "eval_batches": 2, "window": 32, "stream_tokens": 160,
+           "probe_sequences": 16, "keep_models": False, "checked": False, "deep_from": 1},
+)
+def run_sink_pretraining(cfg: SinkPretrainConfig, ctx) -> Result:
+    corpus = load_corpus(cfg.text, cfg.holdout, cfg.vocab_size)
+    if corpus.held_out.numel() <= max(cfg.stream_tokens, cfg.probe_length + 1):
+        raise ConfigError(f"the held-out text has {corpus.held_out.numel()} tokens, too few to stream "
+                          f"stream_tokens={cfg.stream_tokens}: raise holdout or give a longer text")
+    done = run_variants(cfg, corpus, ctx)
+    runs = {v: r.lines for v, r in done.items()}
+    final = {v: r.held_out for v, r in done.items()}
+    table = {v: {n: ppl(x) for n, x in r.nll.items()} for v, r in done.items()}
+    claims = _claims(cfg, table, final)
+    ctx.savefig(table_figure(table, cfg.window, PUBLISHED), "sink_table.png")
+    ctx.savefig(emergence_figure(runs, cfg.deep_from), "sink_emergence.png")
+    return Result(claims, _metrics(cfg, corpus, table, final), _captions(cfg), _summary(cfg, corpus, table, final))
+
+
+def _metrics(cfg, corpus, table: dict, final: dict) -> dict:
+    return {"data": corpus.about, "window": cfg.window, "stream_tokens": cfg.stream_tokens,
+            "ppl": {v: {label(n, cfg.window): p for n, p in row.items()} for v, row in table.items()},
+            "published": {v: {label(n, 1024): p for n, p in row.items()} for v, row in PUBLISHED.items()},
+            "held_out": final}
+
+
+def _captions(cfg) -> dict[str, str]:
+    return {
+        "sink_table.png": f"Streaming perplexity of each variant through caches n+({cfg.window}-n) (rolling positions, "
+                          "token by token, held-out text), beside the published 160M numbers (n+(1024-n)).",
+        "sink_emergence.png": "Over training, per variant: the first-token share of the deep layers, Gu et al.'s sink "
+                              "rate Sink_0^0.3 and the largest first-position norm ratio (the trainer's probe window).",
+    }
+
+
+def _summary(cfg, corpus, table: dict, final: dict) -> str:
+    head = "| variant | " + " | ".join(label(n, cfg.window) for n in cfg.sinks) + " | Sink_0 | published |"
+    rows = [head, "|" + "---|" * (len(cfg.sinks) + 3)]
+    for v, row in table.items():
+        pub = " / ".join(f"{p:g}" for p in PUBLISHED[v].values()) if v in PUBLISHED else "—"
+        rows.append(f"| {v} | " + " | ".join(f"{row[n]:.2f}" for n in cfg.sinks)
+                    + f" | {final[v]['sink_rate'][0]:.2f} | {pub} |")
+    return (f"{corpus.about}. A Llama of {cfg.layers} layers, d_model {cfg.d_model}, {cfg.heads} heads, trained "
+            f"{cfg.steps} steps of {cfg.batch_size} x {cfg.context} tokens (AdamW lr {cfg.lr:g}, weight decay "
+            f"{cfg.weight_decay:g}, seed {cfg.seed}) per variant; streamed {cfg.stream_tokens} held-out tokens "
+            f"through caches of {cfg.window}.\n\n" + "\n".join(rows))

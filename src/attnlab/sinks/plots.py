@@ -1,0 +1,44 @@
+"""Figures of the sinks-from-scratch study: the streaming table as bars, and sink emergence over training."""
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.core.plotting import plt
+
+
+def table_figure(table: dict, window: int, published: dict):
+    """Left: our PPL per variant and cache n+(W-n) (log scale); right: the published 160M table."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), layout="constrained")
+    for ax, data, w, title in ((axes[0], table, window, "measured"), (axes[1], published, 1024, "StreamingLLM, 160M")):
+        variants = list(data)
+        sinks = sorted({n for row in data.values() for n in row})
+        width = 0.8 / len(variants)
+        for i, v in enumerate(variants):
+            x = np.arange(len(sinks)) + i * width
+            ax.bar(x, [data[v].get(n, np.nan) for n in sinks], width, label=v)
+        ax.set_xticks(np.arange(len(sinks)) + 0.4 - width / 2, [f"{n}+{w - n}" for n in sinks])
+        ax.set(yscale="log", ylabel="streaming PPL", xlabel="cache: sinks + recent", title=title)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def _curve(lines: list[dict], key) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.array([line["step"] for line in lines])
+    return steps, np.array([key(line) for line in lines])
+
+
+def emergence_figure(runs: dict[str, list[dict]], deep_from: int):
+    """Per variant over training: deep-layer first-token share, Sink_0^0.3, max first-position norm ratio."""
+    panels = (
+        (lambda line: float(np.mean(line["first_token_share"][deep_from:])),
+         f"first-token share, layers >= {deep_from}", "linear"),
+        (lambda line: line["sink_rate"][0], "sink rate Sink_0 (share of heads, eps 0.3)", "linear"),
+        (lambda line: max(line["norm0_ratio"]), "max over layers of |h_0| / mean |h_i|", "log"),
+    )
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.6), layout="constrained")
+    for ax, (key, title, scale) in zip(axes, panels):
+        for v, lines in runs.items():
+            ax.plot(*_curve(lines, key), label=v, lw=1.2)
+        ax.set(xlabel="training step", title=title, yscale=scale)
+    axes[0].legend(fontsize=7)
+    return fig
