@@ -78,3 +78,26 @@ def test_quick_experiment_trains_every_variant_and_streams_each(tmp_path, monkey
     for v in variants:  # one line per tracked step, the sink metrics on each
         lines = [json.loads(x) for x in (out / v / "metrics.jsonl").read_text().splitlines()]
         assert [x["step"] for x in lines] == [0, 10, 12] and all(len(x["norm0_ratio"]) == 2 for x in lines)
+
+
+def test_first_step_is_where_the_probe_sink_rate_first_reaches_the_threshold():
+    from attnlab.sinks.exp_emergence import first_step
+
+    lines = [{"step": s, "sink_rate": [r]} for s, r in ((0, 0.0), (50, 0.1), (100, 0.25), (150, 0.2))]
+    assert first_step(lines, 0.2) == 100 and first_step(lines, 0.5) is None
+
+
+@pytest.mark.slow
+def test_quick_emergence_sweep_trains_one_vanilla_model_per_cell(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    random.seed(1)
+    words = "a river ran past the mill where old men sat and talked of rain and wheat".split()
+    (tmp_path / "t.txt").write_text("\n".join(" ".join(random.choices(words, k=9)) for _ in range(1500)))
+    out = tmp_path / "run"
+    assert main(["reproduce", "sink-emergence", "--quick", "--set", f"text={tmp_path / 't.txt'}", "--set", "steps=10",
+                 "--set", "weight_decays=0.1,0.5", "--set", "workers=1", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert sorted(m["cells"]) == ["lr0.003-wd0.1", "lr0.003-wd0.5", "lr0.01-wd0.1", "lr0.01-wd0.5"]
+    assert all(0 <= c["strongest_head"] <= 1 and len(c["sink_rate_held_out"]) == 10 for c in m["cells"].values())
+    cfg = json.loads((out / "lr0.01-wd0.5" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert cfg["step"] == 10 and "sink_importance_max" in cfg

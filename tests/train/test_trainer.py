@@ -69,7 +69,8 @@ def test_attention_stats_uniform_and_one_hot():
     first = torch.zeros(1, 1, T, T)
     first[..., 0] = 1
     assert attention_stats([first]) == {"entropy": [[0.0]], "first_token_share": [1.0],
-                                        "sink_rate": [1.0, 0.0, 0.0, 0.0, 0.0]}  # every head sinks on token 0 only
+                                        "sink_rate": [1.0, 0.0, 0.0, 0.0, 0.0],  # every head sinks on token 0 only
+                                        "sink_importance_max": 1.0}
     assert torch.allclose(sink_share(causal_uniform), 1 / torch.arange(1, T + 1))  # (T, T) -> (T,): row i gives 1/i
 
 

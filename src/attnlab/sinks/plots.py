@@ -28,11 +28,13 @@ def _curve(lines: list[dict], key) -> tuple[np.ndarray, np.ndarray]:
 
 
 def emergence_figure(runs: dict[str, list[dict]], deep_from: int):
-    """Per variant over training: deep-layer first-token share, Sink_0^0.3, max first-position norm ratio."""
+    """Per variant over training: deep-layer first-token share, the strongest head's importance_0 (Gu et al.'s
+    Sink_0^0.3 counts the heads above 0.3), max first-position norm ratio."""
     panels = (
         (lambda line: float(np.mean(line["first_token_share"][deep_from:])),
          f"first-token share, layers >= {deep_from}", "linear"),
-        (lambda line: line["sink_rate"][0], "sink rate Sink_0 (share of heads, eps 0.3)", "linear"),
+        (lambda line: line["sink_importance_max"], "strongest head's mean attention to token 0 (sink: > 0.3)",
+         "linear"),
         (lambda line: max(line["norm0_ratio"]), "max over layers of |h_0| / mean |h_i|", "log"),
     )
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.6), layout="constrained")
@@ -40,5 +42,22 @@ def emergence_figure(runs: dict[str, list[dict]], deep_from: int):
         for v, lines in runs.items():
             ax.plot(*_curve(lines, key), label=v, lw=1.2)
         ax.set(xlabel="training step", title=title, yscale=scale)
+    axes[1].axhline(0.3, color="k", ls=":", lw=1)
+    axes[0].legend(fontsize=7)
+    return fig
+
+
+def lever_figure(runs: dict[str, list[dict]]):
+    """Per sweep cell over training: the strongest head's importance_0, the mean first-token share, the loss."""
+    panels = ((lambda line: line["sink_importance_max"], "strongest head's mean attention to token 0 (sink: > 0.3)"),
+              (lambda line: float(np.mean(line["first_token_share"])), "first-token share, all layers"),
+              (lambda line: line["train_loss"], "training loss"))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.6), layout="constrained")
+    for ax, (key, title) in zip(axes, panels):
+        for name, lines in runs.items():
+            kept = [line for line in lines if key(line) is not None]
+            ax.plot(*_curve(kept, key), label=name, lw=1.2)
+        ax.set(xlabel="training step", title=title)
+    axes[0].axhline(0.3, color="k", ls=":", lw=1)
     axes[0].legend(fontsize=7)
     return fig

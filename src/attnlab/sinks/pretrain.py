@@ -10,21 +10,57 @@ hidden-state norm at position 0 over the others (``metrics.jsonl`` in each varia
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from attnlab.core.metrics import sink_rate, sink_share
+from attnlab.core.errors import ConfigError
+from attnlab.core.metrics import sink_importance, sink_rate, sink_share
+from attnlab.core.workers import in_processes
 from attnlab.data.sources import read_corpus
 from attnlab.models.causal_lm import CausalLM, LlamaLMConfig, build_llama
 from attnlab.models.tokenizer import make_tokenizer
 from attnlab.sinks.table import sink_table
 from attnlab.train.trainer import TrainConfig, Trainer
+
+
+@dataclass(frozen=True)
+class PretrainSetup:
+    """What every sinks-from-scratch run shares: the text, the model, the training and the measurements."""
+
+    text: str = "war-and-peace"
+    holdout: float = 0.05  # the text's last lines: streaming and the held-out sink metrics
+    vocab_size: int = 2048
+    d_model: int = 64
+    layers: int = 4
+    heads: int = 4
+    d_ffn: int = 256
+    context: int = 256  # training windows
+    batch_size: int = 16
+    steps: int = 500
+    lr: float = 6e-3  # Gu et al.'s levers: a higher rate and weight decay make sinks emerge sooner
+    weight_decay: float = 0.5
+    track_every: int = 50
+    eval_batches: int = 20
+    window: int = 128  # the cache W: n sinks + (W - n) recent
+    sinks: tuple[int, ...] = ()  # caches n + (W - n) to stream the held-out text through (none: no stream)
+    stream_tokens: int = 2048
+    probe_sequences: int = 100  # Gu et al.: 100 sequences of 64 tokens
+    probe_length: int = 64
+    keep_models: bool = True
+    workers: int = 2  # runs at once, each in its own process on its share of the cores
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.sinks and (min(self.sinks) < 0 or max(self.sinks) >= self.window):
+            raise ConfigError(f"sinks={self.sinks} with window={self.window}: each n must satisfy 0 <= n < window "
+                              "(the cache holds n sinks + window - n recent tokens)")
+        if self.sinks and self.stream_tokens <= self.window:
+            raise ConfigError(f"stream_tokens={self.stream_tokens} must exceed window={self.window}, or no cache evicts")
+        if self.workers < 1 or not 0 < self.holdout < 1:
+            raise ConfigError(f"workers={self.workers}, holdout={self.holdout}: need workers >= 1, 0 < holdout < 1")
 
 
 @dataclass(frozen=True)
@@ -36,13 +72,17 @@ class Corpus:
     about: str
 
 
-def load_corpus(text: str, holdout: float, vocab_size: int) -> Corpus:
+def load_corpus(cfg: PretrainSetup) -> Corpus:
     """Byte-level BPE trained on the text's head (cached), plus the sink entry; the tail held out."""
+    text, holdout, vocab_size = cfg.text, cfg.holdout, cfg.vocab_size
     lines = read_corpus(text, "text", "--set text=PATH")
     cut = round(len(lines) * (1 - holdout))
     tokenizer = make_tokenizer("bpe", lines[:cut], vocab_size)
     sink = tokenizer.add_sink()
     train, held = tokenizer.encode_lines(lines[:cut]), tokenizer.encode_lines(lines[cut:])
+    if held.numel() <= max(cfg.stream_tokens if cfg.sinks else 0, cfg.probe_length + 1):
+        raise ConfigError(f"the held-out text has {held.numel()} tokens, too few for stream_tokens={cfg.stream_tokens} "
+                          f"and probe_length={cfg.probe_length}: raise holdout or give a longer text")
     about = (f"{text}: {train.numel():,} training tokens, {held.numel():,} held-out tokens (its last "
              f"{holdout:.0%} of lines), byte-level BPE of {tokenizer.vocab_size:,} entries (the sink's included)")
     return Corpus(train, held, tokenizer.vocab_size, sink, about)
@@ -71,55 +111,47 @@ class VariantRun:
     nll: dict[int, np.ndarray]  # n sinks -> per-token streaming NLL through the cache n + (W - n)
 
 
-def run_variant(cfg, variant: str, corpus: Corpus, out: Path, device: str, show_progress: bool) -> VariantRun:
-    """Train one variant into ``out/<variant>/`` (its metrics.jsonl; model/ if ``cfg.keep_models``), then
-    measure its sinks on held-out text and stream that text through every cache."""
+def run_variant(cfg, variant: str, corpus: Corpus, run_dir: Path, device: str, show_progress: bool) -> VariantRun:
+    """Train one variant into ``run_dir`` (its metrics.jsonl; model/ if ``cfg.keep_models``), then measure
+    its sinks on held-out text and stream that text through every cache of ``cfg.sinks`` (none: no stream)."""
     model = build_variant(cfg, variant, corpus)
-    run_dir = out / variant
     trainer = Trainer(model, corpus.train, corpus.held_out, train_config(cfg), run_dir, device)
-    lines = trainer.fit(show_progress=show_progress, desc=variant)
+    lines = trainer.fit(show_progress=show_progress, desc=run_dir.name)
     (run_dir / "checkpoint.pt").unlink()  # the figures need the metrics only; the model is kept below
     if cfg.keep_models:
         model.save_pretrained(run_dir / "model")
     model.eval()
     held = held_out_sinks(model, corpus.held_out, cfg.probe_sequences, cfg.probe_length)
     held["norm0_ratio"], held["valid_loss"] = lines[-1]["norm0_ratio"], lines[-1].get("valid_loss")
-    nll = sink_table(model.hf, corpus.held_out[: cfg.stream_tokens], cfg.window, cfg.sinks)
+    nll = sink_table(model.hf, corpus.held_out[: cfg.stream_tokens], cfg.window, cfg.sinks) if cfg.sinks else {}
     return VariantRun(lines, held, nll)
 
 
-def _job(args) -> VariantRun:
-    """One variant in a worker process, on its share of the cores."""
-    threads, *rest = args
-    torch.set_num_threads(threads)
-    return run_variant(*rest, show_progress=False)
+def _job(cfg, variant: str, corpus: Corpus, run_dir: Path, device: str) -> VariantRun:
+    return run_variant(cfg, variant, corpus, run_dir, device, show_progress=False)
 
 
-def run_variants(cfg, corpus: Corpus, ctx) -> dict[str, VariantRun]:
-    """Every variant of ``cfg.variants``: in ``cfg.workers`` processes at once (tiny models use one core
-    better than two), or in this process when ``workers`` is 1. Same results either way: each run seeds
-    its own model and data order."""
-    if cfg.workers <= 1 or len(cfg.variants) == 1:
-        return {v: run_variant(cfg, v, corpus, ctx.out, ctx.device, ctx.show_progress) for v in cfg.variants}
-    workers = min(cfg.workers, len(cfg.variants))
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    done = {}
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool, \
-            ctx.progress(len(cfg.variants), f"variants ({workers} at once)") as bar:  # spawn: no forked OpenMP state
-        futures = {pool.submit(_job, (threads, cfg, v, corpus, ctx.out, ctx.device)): v for v in cfg.variants}
-        for f in as_completed(futures):
-            done[futures[f]] = f.result()
-            bar.update(1)
-    return {v: done[v] for v in cfg.variants}
+def run_all(jobs: dict[str, tuple], corpus: Corpus, ctx, workers: int) -> dict[str, VariantRun]:
+    """``jobs``: name -> (config, variant), each run into ``ctx.out/<name>/``; ``workers`` processes at once
+    (:func:`attnlab.core.workers.in_processes`), or this process alone when ``workers`` is 1. Same results
+    either way: each run seeds its own model and data order."""
+    if workers <= 1 or len(jobs) == 1:
+        return {name: run_variant(c, v, corpus, ctx.out / name, ctx.device, ctx.show_progress)
+                for name, (c, v) in jobs.items()}
+    with ctx.progress(len(jobs), f"training runs ({min(workers, len(jobs))} at once)") as bar:
+        args = {name: (c, v, corpus, ctx.out / name, ctx.device) for name, (c, v) in jobs.items()}
+        return in_processes(_job, args, workers, bar)
 
 
 @torch.no_grad()
 def held_out_sinks(model: CausalLM, ids: torch.Tensor, n: int, length: int, eps: float = 0.3) -> dict:
     """Gu et al.'s protocol on held-out text: ``n`` sequences of ``length`` tokens (a sink-token model's
-    sink first, as in training) -> Sink_k^eps for k = 0..9 and the first-token share per layer."""
+    sink first, as in training) -> Sink_k^eps for k = 0..9, the first-token share per layer and the strongest
+    head's importance_0 (how close the nearest head is to eps)."""
     starts = torch.linspace(0, ids.numel() - length - 1, n).long()
     x = torch.stack([ids[s: s + length] for s in starts.tolist()])  # (n, length)
     if (sink := model.sink_token_id) is not None:
         x = torch.cat([torch.full_like(x[:, :1], sink), x], 1)
     _, maps = model(x.to(next(model.parameters()).device), attentions=True)
-    return {"sink_rate": sink_rate(maps, eps), "first_token_share": [float(sink_share(a).mean()) for a in maps]}
+    return {"sink_rate": sink_rate(maps, eps), "first_token_share": [float(sink_share(a).mean()) for a in maps],
+            "sink_importance_max": max(float(sink_importance(a, 1).max()) for a in maps)}

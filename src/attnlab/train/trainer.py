@@ -35,7 +35,7 @@ from torch import nn
 
 from attnlab.core.errors import ConfigError, UsageError
 from attnlab.core.io import write_atomic
-from attnlab.core.metrics import attention_entropy, sink_rate, sink_share
+from attnlab.core.metrics import attention_entropy, sink_importance, sink_rate, sink_share
 from attnlab.train.batching import BATCHERS, PrependSink, make_batcher
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
@@ -114,10 +114,13 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
 
 def attention_stats(maps: list[torch.Tensor]) -> dict:
     """Per layer: entropy per head (mean over batch and query rows) and sink share (mean over all rows);
-    over all heads: Gu et al.'s sink rate Sink_k^0.3 for k = 0..9."""
+    over all heads: Gu et al.'s sink rate Sink_k^0.3 for k = 0..9, and the largest head's importance_0
+    (its mean attention to token 0: the head closest to becoming a sink, before any crosses 0.3)."""
     entropy = [attention_entropy(a).mean((0, 2)).tolist() for a in maps]  # a: (B, H, T, T) -> (H,)
     first = [float(sink_share(a).mean()) for a in maps]  # (B, H, T) -> one number
-    return {"entropy": entropy, "first_token_share": first, "sink_rate": sink_rate(maps)}
+    strongest = max(float(sink_importance(a, 1).max()) for a in maps)
+    return {"entropy": entropy, "first_token_share": first, "sink_rate": sink_rate(maps),
+            "sink_importance_max": strongest}
 
 
 class Trainer:
