@@ -144,8 +144,8 @@ def test_list_follows_the_talk(capsys):
     assert code == 0 and err == ""
     parts = _listing(out)
     talk = ["Scan&Snap", "JoMA", "real text", "probes: inside a pretrained model", "KV-cache policies",
-            "attention sinks from scratch", "RoPE scaling"]
-    assert [p for p, _ in parts][:7] == talk
+            "attention sinks from scratch", "what eviction forgets", "RoPE scaling"]
+    assert [p for p, _ in parts][:8] == talk
     names = dict(parts)
     assert names["Scan&Snap"] == ["scansnap-fig4", "scansnap-fig6", "scansnap-theorems"]  # registration order
     assert set(names["JoMA"]) == {"joma-invariants", "joma-linear", "joma-nonlinear", "joma-cooccurrence",

@@ -28,6 +28,7 @@ PARTS = (
     ("attnlab.probes", "probes: inside a pretrained model"),
     ("attnlab.kv", "KV-cache policies"),
     ("attnlab.sinks", "attention sinks from scratch"),
+    ("attnlab.recall", "what eviction forgets"),
     ("attnlab.rope", "RoPE scaling"),
     ("attnlab.sparsity", "contextual sparsity"),
 )

@@ -1,0 +1,1 @@
+"""What eviction forgets: StreamEval, retrieval through every KV policy, H2O's XSum check."""

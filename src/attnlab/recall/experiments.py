@@ -1,0 +1,193 @@
+"""``streameval``: what eviction forgets. StreamEval (the stream of :mod:`attnlab.recall.streameval`) and the
+passkey prompt, fed once, token by token, through ``full``, ``sinks``, ``h2o`` and ``sinks+h2o`` caches of
+equal budgets, rolling positions, every answer generated in place.
+
+Claims, fixed before the first run (thresholds in the config):
+
+1. the full cache does not forget while the stream fits the model's context: its accuracy at the longest
+   distance is >= ``dense_keeps`` x its accuracy at the shortest;
+2. per budget, sinks+window answers as well as the full cache while the value is inside its window:
+   accuracy on those queries >= ``inside_vs_dense`` x the full cache's on the same queries;
+3. per budget, sinks+window cannot answer once the value is evicted: accuracy on those queries
+   <= ``evicted_max`` (the seed's table: exactly 0);
+4. per budget, the seed's StreamH2O claim: on the queries whose value is older than sinks+h2o's recent
+   window, sinks+h2o answers more of them than sinks+window (at least one more).
+
+Measured besides: for the H2O family, the share of (layer, KV head) pairs that still held the value when
+the answer began -- among right and among wrong answers (is the answer kept as a heavy hitter?) -- and the
+passkey's accuracy and key retention per policy.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from attnlab.core.errors import ConfigError
+from attnlab.core.workers import in_processes
+from attnlab.experiments.claims import check, finding
+from attnlab.experiments.registry import Result, register
+from attnlab.recall.jobs import call, passkey_job, run_serially, stream_job, validate
+from attnlab.recall.plots import accuracy_figure, kept_figure
+from attnlab.recall.streameval import StreamSpec
+
+FULL = "full"
+
+
+@dataclass(frozen=True)
+class StreamEvalConfig:
+    model: str = "smollm2"
+    lines: int = 160
+    query_every: int = 4  # StreamEval asks every 10 lines; more queries per token streamed here
+    distances: tuple[int, ...] = (3, 6, 12, 24, 48)  # lines; ~21 SmolLM2 tokens a line, plus the queries between
+    seed: int = 0
+    budgets: tuple[int, ...] = (256, 512)
+    policies: tuple[str, ...] = ("sinks", "h2o", "sinks+h2o")  # the full cache always runs too
+    n_sink: int = 4
+    answer_tokens: int = 6  # tokens the model writes per answer (a value has at most 5 digits, then ">")
+    positions: str = "rolling"
+    passkey_length: int = 768  # 0: no passkey
+    passkey_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    passkey_budget: int = 256
+    workers: int = 2  # streams at once, each in its own process
+    checked: bool = True  # False: every number a finding (the quick mode: a few queries decide nothing)
+    # claim thresholds, fixed before the first run
+    dense_keeps: float = 0.75
+    inside_vs_dense: float = 0.75
+    evicted_max: float = 0.05
+
+    def __post_init__(self):
+        StreamSpec(self.lines, self.query_every, self.distances, self.seed)  # its own checks
+        if unknown := [p for p in self.policies if p not in ("sinks", "h2o", "sinks+h2o", "window")]:
+            raise ConfigError(f"policies {unknown}: use some of sinks, h2o, sinks+h2o, window")
+        if not self.budgets or min(self.budgets) <= self.n_sink:
+            raise ConfigError(f"budgets={self.budgets}: give token budgets above n_sink={self.n_sink}")
+
+    @property
+    def spec(self) -> StreamSpec:
+        return StreamSpec(self.lines, self.query_every, self.distances, self.seed)
+
+
+def label(policy: str, budget: int | None, n_sink: int) -> str:
+    if budget is None:
+        return FULL
+    if policy == "sinks":
+        return f"sinks {n_sink}+{budget - n_sink}"
+    return f"{policy} {budget}"
+
+
+def _jobs(cfg: StreamEvalConfig) -> dict[str, tuple]:
+    jobs = {label(FULL, None, 0): (stream_job, cfg, FULL, None)}
+    jobs |= {label(p, b, cfg.n_sink): (stream_job, cfg, p, b) for b in cfg.budgets for p in cfg.policies}
+    if cfg.passkey_length:
+        for p in (FULL, *cfg.policies):
+            b = None if p == FULL else cfg.passkey_budget
+            jobs[f"passkey: {label(p, b, cfg.n_sink)}"] = (passkey_job, cfg, p, b)
+    return jobs
+
+
+def _run_jobs(cfg: StreamEvalConfig, ctx) -> dict[str, dict]:
+    validate(cfg)
+    jobs = _jobs(cfg)
+    with ctx.progress(len(jobs), f"streams ({cfg.workers} at once)") as bar:
+        if cfg.workers <= 1:
+            return run_serially(jobs, ctx, bar)
+        return in_processes(call, {k: (v,) for k, v in jobs.items()}, cfg.workers, bar)
+
+
+def _accuracy(answers: list[dict], keep=lambda a: True) -> float:
+    picked = [a["correct"] for a in answers if keep(a)]
+    return float(np.mean(picked)) if picked else float("nan")
+
+
+def _claims(cfg: StreamEvalConfig, runs: dict[str, dict]) -> list:
+    dense = runs[FULL]["answers"]
+    near, far = min(cfg.distances), max(cfg.distances)
+    out = [check(f"the full cache does not forget within the context: accuracy at {far} lines over accuracy at {near} "
+                 f"lines ({_accuracy(dense, lambda a: a['nominal'] == far):.2f} / "
+                 f"{_accuracy(dense, lambda a: a['nominal'] == near):.2f})",
+                 _accuracy(dense, lambda a: a["nominal"] == far) / max(1e-9, _accuracy(dense, lambda a: a["nominal"] == near)),
+                 cfg.dense_keeps, 0, "at_least")]
+    for b in cfg.budgets:
+        sinks = runs.get(label("sinks", b, cfg.n_sink), {}).get("answers")
+        if sinks is None:
+            continue
+        inside = {i for i, a in enumerate(sinks) if a["kept"] == 1.0}
+        acc_in = _accuracy([a for i, a in enumerate(sinks) if i in inside])
+        dense_in = _accuracy([a for i, a in enumerate(dense) if i in inside])
+        out.append(check(f"sinks {cfg.n_sink}+{b - cfg.n_sink}: inside the window ({len(inside)} queries) accuracy "
+                         f"over the full cache's on the same queries ({acc_in:.2f} / {dense_in:.2f})",
+                         acc_in / max(1e-9, dense_in), cfg.inside_vs_dense, 0, "at_least"))
+        out.append(check(f"sinks {cfg.n_sink}+{b - cfg.n_sink}: once the value is evicted ({len(sinks) - len(inside)} "
+                         "queries), accuracy", _accuracy([a for i, a in enumerate(sinks) if i not in inside]),
+                         cfg.evicted_max, 0, "at_most"))
+        both = runs.get(label("sinks+h2o", b, cfg.n_sink), {}).get("answers")
+        if both is not None:
+            recent = b // 2  # make_policy's default split: half the budget recent
+            old = [i for i, a in enumerate(both) if a["token_distance"] > recent]
+            gain = sum(both[i]["correct"] for i in old) - sum(sinks[i]["correct"] for i in old)
+            out.append(check(f"StreamH2O at budget {b}: of the {len(old)} queries older than its recent window "
+                             f"({recent} tokens), sinks+h2o answers more than sinks+window (right answers, "
+                             f"sinks+h2o minus sinks+window; {sum(both[i]['correct'] for i in old)} vs "
+                             f"{sum(sinks[i]['correct'] for i in old)})", gain, 1, 0, "at_least"))
+    return out
+
+
+def _findings(cfg: StreamEvalConfig, runs: dict[str, dict]) -> list:
+    out = []
+    for name, r in runs.items():
+        if "answers" in r and not name.startswith(FULL) and ("h2o" in name):
+            budget = int(name.split()[-1])
+            old = [a for a in r["answers"] if a["token_distance"] > budget // 2]
+            for ok in (True, False):
+                kept = [a["kept"] for a in old if a["correct"] is ok]
+                out.append(finding(f"{name}: share of (layer, KV head) pairs holding the value beyond the recent window, "
+                                   f"{'right' if ok else 'wrong'} answers ({len(kept)})",
+                                   float(np.mean(kept)) if kept else float("nan")))
+        if "passkey" in r:
+            out.append(finding(f"{name}: passkey accuracy over depths {cfg.passkey_depths} at {cfg.passkey_length} "
+                               "tokens", _accuracy(r["passkey"])))
+    return out
+
+
+@register("streameval", "What eviction forgets: StreamEval (LongEval lines, a query every few lines) and passkey, "
+          "answered in place through full / sinks / h2o / sinks+h2o caches of equal budgets.", StreamEvalConfig,
+          quick={"lines": 9, "query_every": 3, "distances": (2, 6), "budgets": (160,), "policies": ("sinks",),
+                 "passkey_length": 0, "workers": 1, "answer_tokens": 5, "checked": False})
+def run_streameval_experiment(cfg: StreamEvalConfig, ctx) -> Result:
+    runs = _run_jobs(cfg, ctx)
+    streams = {k: v for k, v in runs.items() if "answers" in v}
+    claims = _claims(cfg, streams)
+    if not cfg.checked:
+        claims = [finding(c.claim, c.measured) for c in claims]
+    claims += _findings(cfg, runs)
+    figures = [ctx.savefig(accuracy_figure(streams, cfg.distances), "streameval_accuracy.png")]
+    if any("h2o" in k for k in streams):
+        figures.append(ctx.savefig(kept_figure(streams, cfg.distances), "streameval_kept.png"))
+    table = _table(cfg, streams)
+    metrics = {"config": asdict(cfg), "runs": runs, "table": table}
+    summary = (f"{cfg.model}: a stream of {cfg.lines} lines ({runs[FULL]['tokens']:,} tokens with the queries), a query "
+               f"every {cfg.query_every} lines at distances {cfg.distances} lines, {cfg.answer_tokens} answer tokens "
+               f"generated in place, positions {cfg.positions}.\n\n" + _markdown(table, streams))
+    captions = {"streameval_accuracy.png": "Accuracy per cache (rows) and query-answer distance (columns, lines; mean "
+                                           "tokens below), as in the seed's StreamEval table.",
+                "streameval_kept.png": "H2O family: share of (layer, KV head) pairs that still held the value when the "
+                                       "answer began, by distance, for right and wrong answers."}
+    return Result(claims, metrics, {f: captions[f] for f in figures}, summary)
+
+
+def _table(cfg, streams: dict[str, dict]) -> dict:
+    """{cache: {distance: accuracy}} plus the mean token distance per nominal line distance."""
+    dense = streams[FULL]["answers"]
+    tokens = {d: float(np.mean([a["token_distance"] for a in dense if a["nominal"] == d])) for d in cfg.distances}
+    acc = {k: {d: _accuracy(r["answers"], lambda a, d=d: a["nominal"] == d) for d in cfg.distances}
+           for k, r in streams.items()}
+    return {"token_distance": tokens, "accuracy": acc}
+
+
+def _markdown(table: dict, streams: dict) -> str:
+    caches = list(table["accuracy"])
+    rows = ["| lines | tokens | " + " | ".join(caches) + " |", "|---|---|" + "---|" * len(caches)]
+    for d, t in table["token_distance"].items():
+        rows.append(f"| {d} | {t:.0f} | " + " | ".join(f"{100 * table['accuracy'][c][d]:.0f}" for c in caches) + " |")
+    return "Accuracy (%):\n\n" + "\n".join(rows)

@@ -1,0 +1,60 @@
+"""Figures of ``streameval``: accuracy per cache and distance (the seed's table as a heat map), and, for the
+H2O family, how often the value was still held when the answer began."""
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.core.plotting import plt
+
+
+def _by_distance(answers: list[dict], distances, value) -> list[float]:
+    cells = [[value(a) for a in answers if a["nominal"] == d] for d in distances]
+    return [float(np.mean(c)) if c else float("nan") for c in cells]
+
+
+def accuracy_figure(streams: dict[str, dict], distances):
+    """Rows: caches; columns: line distances (mean token distance below); cells: accuracy in %."""
+    names = list(streams)
+    acc = np.array([_by_distance(streams[k]["answers"], distances, lambda a: a["correct"]) for k in names]) * 100
+    tokens = _by_distance(next(iter(streams.values()))["answers"], distances, lambda a: a["token_distance"])
+    fig, ax = plt.subplots(figsize=(1.3 * len(distances) + 3, 0.5 * len(names) + 1.6), layout="constrained")
+    im = ax.imshow(acc, cmap="viridis", vmin=0, vmax=100, aspect="auto")
+    for (i, j), v in np.ndenumerate(acc):
+        ax.text(j, i, "—" if np.isnan(v) else f"{v:.0f}", ha="center", va="center", color="w" if v < 60 else "k")
+    ax.set_xticks(range(len(distances)), [f"{d} lines\n{t:.0f} tok" for d, t in zip(distances, tokens)])
+    ax.set_yticks(range(len(names)), names)
+    ax.set(title="StreamEval accuracy (%) by query-answer distance")
+    fig.colorbar(im, ax=ax, label="accuracy (%)")
+    return fig
+
+
+def kept_figure(streams: dict[str, dict], distances):
+    """For each H2O-family cache: share of heads holding the value, by distance, right vs wrong answers."""
+    names = [k for k in streams if "h2o" in k]
+    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), layout="constrained", squeeze=False)
+    for ax, k in zip(axes[0], names):
+        answers = streams[k]["answers"]
+        for ok, style in ((True, "o-"), (False, "x--")):
+            sub = [a for a in answers if a["correct"] is ok]
+            ax.plot(distances, _by_distance(sub, distances, lambda a: a["kept"]), style,
+                    label="right answers" if ok else "wrong answers")
+        ax.set(xscale="log", xlabel="distance (lines)", ylabel="share of heads holding the value", title=k,
+               ylim=(-0.05, 1.05))
+        ax.legend(fontsize=7)
+    return fig
+
+
+def rouge_figure(mean: dict[str, dict]):
+    """Grouped bars: ROUGE-1/2/L per cache; the repeated-trigram share beside them."""
+    names, keys = list(mean), ("rouge1", "rouge2", "rougeL")
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 3.4), layout="constrained", width_ratios=(3, 1.4))
+    x, w = np.arange(len(names)), 0.8 / len(keys)
+    for i, k in enumerate(keys):
+        ax.bar(x + (i - 1) * w, [mean[n][k] for n in names], w, label=k.replace("rouge", "ROUGE-"))
+    ax.set_xticks(x, names)
+    ax.set(ylabel="F-measure", title="XSum: ROUGE per cache")
+    ax.legend(fontsize=8)
+    ax2.bar(x, [mean[n]["repeated"] for n in names], color="grey")
+    ax2.set_xticks(x, names, rotation=30, ha="right")
+    ax2.set(ylabel="share", title="repeated word trigrams")
+    return fig

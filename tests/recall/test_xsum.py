@@ -1,0 +1,70 @@
+"""H2O's XSum check: reading the file, ROUGE, repetition, budgets, and the experiment on a tiny model."""
+import json
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.core.errors import ConfigError
+from attnlab.recall.xsum import budget_of, read_xsum, repeated_ngrams, rouge, summary_of
+from tiny_models import save_hf
+
+
+def _xsum(path, n=5):
+    rows = [{"article": f"###\nArticle: the cat number {i} sat on the mat.\n\nSummarize the above article in 1 "
+                        "sentence.\n", "summary_gt": f"cat {i} sat", "max_tokens": 64} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_sample_is_seeded_and_keeps_the_file_order(tmp_path):
+    f = _xsum(tmp_path / "x.jsonl", 20)
+    a, b = read_xsum(f, 6, seed=1), read_xsum(f, 6, seed=1)
+    assert a == b and [x.index for x in a] == sorted(x.index for x in a)
+    assert read_xsum(f, 6, seed=2) != a
+    assert a[0].reference == f"cat {a[0].index} sat"
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no XSum file"), ("not json\n", "not JSON"), ('{"article": "x"}\n', "summary_gt"),
+    ('["article"]\n', "needs string fields")])
+def test_bad_files_are_one_clear_error(tmp_path, content, message):
+    f = tmp_path / "x.jsonl"
+    if content is not None:
+        f.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        read_xsum(f, 1)
+
+
+def test_rouge_repetition_and_the_stop_sequence():
+    assert rouge("a cat sat on the mat", "a cat sat on the mat") == {"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0}
+    assert rouge("dogs run", "a cat sat")["rouge1"] == 0.0
+    assert rouge("the cats sat", "the cat sat")["rouge1"] == 1.0  # stemmed, as H2O's scorer
+    assert repeated_ngrams("and and and and and") == pytest.approx(2 / 3)
+    assert repeated_ngrams("one two three four five") == 0.0 and repeated_ngrams("too short") == 0.0
+    assert summary_of(" A cat sat.\n###\nArticle: more") == "A cat sat."
+
+
+def test_budgets_are_the_share_of_each_prompt_with_room_for_the_sinks():
+    assert budget_of(450, 0.2, 0.5, 0) == (90, 45)
+    assert budget_of(450, 0.2, 0.75, 4) == (90, 68)
+    budget, recent = budget_of(10, 0.2, 0.5, 4)  # a tiny prompt still holds the sinks, one heavy hitter and recent
+    assert budget == 6 and 1 <= recent <= budget - 4 - 1
+
+
+@pytest.mark.slow
+def test_h2o_xsum_runs_on_a_tiny_model(tmp_path):
+    model, data, out = save_hf(tmp_path / "m"), _xsum(tmp_path / "x.jsonl"), tmp_path / "run"
+    assert main(["reproduce", "h2o-xsum", "--quick", "--out", str(out), "--set", f"model={model}",
+                 "--set", f"data={data}"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["runs"]) == {"full", "local", "h2o 10+10"}
+    for rows in m["runs"].values():
+        assert len(rows) == 3 and rows[-1]["index"] == -1  # two articles, then the cafe prompt
+    assert (out / "h2o_xsum_rouge.png").exists()
+
+
+def test_a_missing_file_exits_2_with_one_line(tmp_path, capsys):
+    assert main(["reproduce", "h2o-xsum", "--quick", "--out", str(tmp_path / "r"), "--set",
+                 f"data={tmp_path / 'none.jsonl'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "none.jsonl" in err and len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
