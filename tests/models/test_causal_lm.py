@@ -189,7 +189,7 @@ def test_bad_model_and_tokenizer_input(corpus, tmp_path, capsys, monkeypatch):
         (["--model", "llama", "--tokenizer", "sentencepiece"], "use word, bpe or the path"),
         (["--model", "llama", "--vocab-size", "100"], "at least 257"),
         (["--model", "llama", "--heads", "3", "--d-model", "32"], "n_heads=3"),
-        (["--kv-heads", "1"], "apply to --model llama only"),
+        (["--kv-heads", "1"], "applies to --model llama only"),
     ]:
         assert cli.main(base + ["--out", str(tmp_path / "r")] + extra) == 2, extra
         _one_line(capsys, fragment)

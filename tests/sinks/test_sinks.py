@@ -61,13 +61,18 @@ def test_sink_table_command(tmp_path, capsys):
     assert [ln.split(":")[0] for ln in capsys.readouterr().out.strip().splitlines()] == ["0+16", "4+12"]
 
 
+def _text(tmp_path, monkeypatch, seed: int, words: str, lines: int):
+    """A made-up text of ``lines`` lines of 9 random ``words``, and the attnlab cache under tmp_path."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(seed)
+    (tmp_path / "t.txt").write_text("\n".join(" ".join(rng.choices(words.split(), k=9)) for _ in range(lines)))
+    return tmp_path / "run"
+
+
 @pytest.mark.slow
 def test_quick_experiment_trains_every_variant_and_streams_each(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    random.seed(0)
-    words = "the cat sat on a mat while dogs ran far away and birds sang in trees near old houses".split()
-    (tmp_path / "t.txt").write_text("\n".join(" ".join(random.choices(words, k=9)) for _ in range(2500)))
-    out = tmp_path / "run"
+    out = _text(tmp_path, monkeypatch, 0, "the cat sat on a mat while dogs ran far away and birds sang in trees near "
+                "old houses", 2500)
     assert main(["reproduce", "sink-pretraining", "--quick", "--set", f"text={tmp_path / 't.txt'}",
                  "--set", "steps=12", "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
@@ -89,11 +94,8 @@ def test_first_step_is_where_the_probe_sink_rate_first_reaches_the_threshold():
 
 @pytest.mark.slow
 def test_quick_emergence_sweep_trains_one_vanilla_model_per_cell(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    random.seed(1)
-    words = "a river ran past the mill where old men sat and talked of rain and wheat".split()
-    (tmp_path / "t.txt").write_text("\n".join(" ".join(random.choices(words, k=9)) for _ in range(1500)))
-    out = tmp_path / "run"
+    out = _text(tmp_path, monkeypatch, 1, "a river ran past the mill where old men sat and talked of rain and wheat",
+                1500)
     assert main(["reproduce", "sink-emergence", "--quick", "--set", f"text={tmp_path / 't.txt'}", "--set", "steps=10",
                  "--set", "weight_decays=0.1,0.5", "--set", "workers=1", "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())

@@ -161,7 +161,7 @@ def test_act_is_refused_where_it_shapes_nothing(corpus, tmp_path, capsys, no_tok
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "config.json").write_text('{"model_type": "llama", "hidden_act": "silu"}')
     for extra, fragment in [
-        ([], "--act apply to --model llama only (add --model llama or leave them out; the tutorial's feed-forward "
+        ([], "--act applies to --model llama only (add --model llama or leave it out; the tutorial's feed-forward "
              "is always an ungated ReLU)"),
         (["--model", str(tmp_path / "folder")], "--act shape a new model"),
         (["--model", "llama", "--act", "swish"], "invalid choice: 'swish'"),
@@ -191,7 +191,7 @@ def test_resume_refuses_a_changed_act(corpus, tmp_path, capsys, monkeypatch):
 
 
 def test_attention_variant_is_refused_where_it_shapes_nothing(corpus, tmp_path, capsys, no_tokenizer):
-    for extra, fragment in [([], "--attention apply to --model llama only"),
+    for extra, fragment in [([], "--attention applies to --model llama only"),
                             (["--model", "llama", "--attention", "sigmoid"], "invalid choice: 'sigmoid'")]:
         assert _train(corpus, tmp_path / "r", "--attention", "softmax1", *extra, "--steps", "2") == 2, extra
         _assert_one_line(capsys, fragment)

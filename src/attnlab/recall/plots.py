@@ -40,6 +40,8 @@ def kept_figure(streams: dict[str, dict], distances):
                     label="right answers" if ok else "wrong answers")
         ax.set(xscale="log", xlabel="distance (lines)", ylabel="share of heads holding the value", title=k,
                ylim=(-0.05, 1.05))
+        ax.set_xticks(list(distances), [str(d) for d in distances])
+        ax.minorticks_off()
         ax.legend(fontsize=7)
     return fig
 

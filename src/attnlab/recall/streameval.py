@@ -13,12 +13,12 @@ last character ``<`` is where the model takes over)::
     Answer: line torpid-kid: REGISTER_CONTENT is <
 
 LongEval asks the question alone; the answer's opening words (``ANSWER``) are ours: they make the format
-of the reply the model's to copy, so a small base or instruction model can be scored on *retrieval*, not on
+of the reply the model's to copy, so a small base or instruction model is scored on *retrieval*, not on
 following an answer format. The model then writes ``answer_tokens`` tokens (always that many, so the stream
-has the same length under every policy); they stay in the cache, as a conversation's turns would, and the
-stream goes on. Queries cycle through ``distances``; a line is asked about at most once, so an answer never
-repeats a value that a later query needs (a query
-whose line was asked already goes a line or two further back; ``Query.distance`` is the exact one). Everything follows from ``seed``.
+has the same length under every policy); they stay in the cache, as a conversation's turns would, followed
+by ``ANSWER_END``, and the stream goes on. Queries cycle through ``distances``; a line is asked about at most
+once, so an answer never repeats a value a later query needs (a query whose line was asked already goes a
+line or two further back; ``Query.distance`` is the exact one). Everything follows from ``seed``.
 
 Pure Python (no torch, no transformers): tokenising and decoding live in :mod:`attnlab.recall.decode`.
 """

@@ -158,7 +158,8 @@ def _check_model_args(args) -> None:
     if args.model in MODEL_DEFAULTS:
         if args.model == "tutorial" and (extra := [flag(k) for k in LLAMA_ONLY if getattr(args, k) is not None]):
             why = "; the tutorial's feed-forward is always an ungated ReLU" if args.act is not None else ""
-            raise UsageError(f"{', '.join(extra)} apply to --model llama only (add --model llama or leave them "
+            verb, them = ("applies", "it") if len(extra) == 1 else ("apply", "them")
+            raise UsageError(f"{', '.join(extra)} {verb} to --model llama only (add --model llama or leave {them} "
                              f"out{why})")
         return
     if not (Path(args.model).expanduser() / "config.json").is_file():
