@@ -24,11 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.core.errors import ConfigError
-from attnlab.core.workers import in_processes
 from attnlab.data.sources import locate
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.recall.jobs import call, run_serially, summarise_job
+from attnlab.recall.jobs import run_jobs, summarise_job
 from attnlab.recall.plots import rouge_figure
 from attnlab.recall.xsum import CAFE, ROUGE, read_xsum
 
@@ -80,8 +79,7 @@ def run_xsum(cfg: XSumConfig, ctx) -> Result:
     jobs = {name: (summarise_job, cfg, CACHES[name], prompts + ([(-1, CAFE, "")] if cfg.cafe else []))
             for name in cfg.caches}
     with ctx.progress(len(jobs), f"caches ({cfg.workers} at once)") as bar:
-        runs = run_serially(jobs, ctx, bar) if cfg.workers <= 1 else \
-            in_processes(call, {k: (v,) for k, v in jobs.items()}, cfg.workers, bar)
+        runs = run_jobs(jobs, cfg.workers, bar)
     mean = {name: {k: float(np.mean([r[k] for r in rows if r["index"] >= 0])) for k in (*ROUGE, "repeated")}
             for name, rows in runs.items()}
     cafe = {name: next(r for r in rows if r["index"] < 0) for name, rows in runs.items()} if cfg.cafe else {}

@@ -24,10 +24,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from attnlab.core.errors import ConfigError
-from attnlab.core.workers import in_processes
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.recall.jobs import call, passkey_job, run_serially, stream_job, validate
+from attnlab.recall.jobs import passkey_job, run_jobs, stream_job, validate
 from attnlab.recall.plots import accuracy_figure, kept_figure
 from attnlab.recall.streameval import StreamSpec
 
@@ -90,9 +89,7 @@ def _run_jobs(cfg: StreamEvalConfig, ctx) -> dict[str, dict]:
     validate(cfg)
     jobs = _jobs(cfg)
     with ctx.progress(len(jobs), f"streams ({cfg.workers} at once)") as bar:
-        if cfg.workers <= 1:
-            return run_serially(jobs, ctx, bar)
-        return in_processes(call, {k: (v,) for k, v in jobs.items()}, cfg.workers, bar)
+        return run_jobs(jobs, cfg.workers, bar)
 
 
 def _accuracy(answers: list[dict], keep=lambda a: True) -> float:

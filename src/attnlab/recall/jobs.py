@@ -7,6 +7,7 @@ from dataclasses import asdict
 from functools import lru_cache
 
 from attnlab.core.errors import ConfigError
+from attnlab.core.workers import in_processes
 from attnlab.evals.inputs import load_model
 from attnlab.evals.passkey import PasskeyPrompts, build_prompts, passkey_cases
 from attnlab.kv.cache import PolicyCache
@@ -93,7 +94,11 @@ def call(job: tuple):
     return fn(*args)
 
 
-def run_serially(jobs: dict[str, tuple], ctx, bar) -> dict[str, dict]:
+def run_jobs(jobs: dict[str, tuple], workers: int, bar) -> dict:
+    """{name: fn(*args)} for ``jobs`` {name: (fn, *args)}: here, one after the other, when ``workers`` <= 1
+    (the model loads once), else ``workers`` at once in worker processes."""
+    if workers > 1:
+        return in_processes(call, {k: (v,) for k, v in jobs.items()}, workers, bar)
     out = {}
     for name, job in jobs.items():
         out[name] = call(job)
