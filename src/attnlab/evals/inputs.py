@@ -5,6 +5,7 @@ import torch
 
 from attnlab.core.errors import ConfigError, MissingResource, UsageError
 from attnlab.data.sources import read_corpus
+from attnlab.models.variants import sink_token_id
 
 
 def load_model(name: str, device: str = "cpu"):
@@ -45,5 +46,5 @@ def load_stream(name: str, text: str, tokens: int, device: str = "cpu", fix: str
 
 def with_sink(model, ids: torch.Tensor) -> torch.Tensor:
     """ids (T,) -> (T+1,) led by the model's sink token, if it was pre-trained with one; else ids."""
-    sink = getattr(model.config, "sink_token_id", None)
+    sink = sink_token_id(model)
     return ids if sink is None else torch.cat([ids.new_full((1,), sink), ids])

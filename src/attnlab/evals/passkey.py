@@ -65,13 +65,18 @@ def passkey_cases(lengths, depths, samples: int, seed: int = 0) -> list[PasskeyC
             for n in lengths for d in depths for s in range(samples)]
 
 
+def bos_ids(tokenizer) -> list[int]:
+    """The tokenizer's BOS as a prompt's first token, if it has one; else nothing."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return [bos] if bos is not None else []
+
+
 class PasskeyPrompts:
     """Token ids of the protocol's pieces, tokenised once; prompts are assembled from them."""
 
     def __init__(self, tokenizer):
         self.tok = tokenizer
-        bos = [tokenizer.bos_token_id] if getattr(tokenizer, "bos_token_id", None) is not None else []
-        self.head = bos + self._ids(INSTRUCTION)
+        self.head = bos_ids(tokenizer) + self._ids(INSTRUCTION)
         self.filler = self._ids(FILLER)
         self.question = self._ids(QUESTION)
 

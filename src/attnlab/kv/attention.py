@@ -18,12 +18,11 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnlab.core.attention import sink_softmax
 from attnlab.core.metrics import received_attention
-from attnlab.models.variants import maps_attention
+from attnlab.models.variants import variant_attention
 
 ATTN_NAME = "attnlab_kv"
 # attention module -> the PolicyCache whose context binds it (the attention function's only way to its cache)
@@ -45,8 +44,9 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     cache = BOUND.get(module)
     layer = cache.layers[module.layer_idx] if cache is not None else None
     if layer is None or key is not layer.keys:  # not this cache's keys (a plain DynamicCache, none): plain SDPA
-        plain = maps_attention if getattr(module, "sinks", None) is not None else sdpa_attention_forward
-        return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        # plain SDPA, or a variant's sink normaliser
+        return variant_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                 **kwargs)
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     g = hq // hkv  # query heads per KV head

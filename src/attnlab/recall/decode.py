@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core.errors import UsageError
-from attnlab.evals.passkey import PasskeyPrompts, answer_of
+from attnlab.evals.passkey import PasskeyPrompts, answer_of, bos_ids
 from attnlab.recall.streameval import ANSWER, ANSWER_END, HEADER, LINE, QUESTION, Query, Stream, is_correct
 
 LINE_HEAD, LINE_TAIL = LINE.split("{value}")
@@ -39,23 +39,13 @@ class StreamEvalRun:
     seconds: float
     kv_bytes: int  # bytes the cache held at the end
 
-    @property
-    def accuracy(self) -> float:
-        return sum(a.correct for a in self.answers) / max(1, len(self.answers))
-
-
-def bos(tokenizer) -> list[int]:
-    """The tokenizer's BOS, if it has one, as a prompt's first token (as the passkey prompt begins)."""
-    b = getattr(tokenizer, "bos_token_id", None)
-    return [b] if b is not None else []
-
 
 class Pieces:
     """Token ids of the format's pieces for one tokenizer (tokenised once each)."""
 
     def __init__(self, tokenizer):
         self.tok = tokenizer
-        self.header = bos(tokenizer) + self.ids(HEADER)
+        self.header = bos_ids(tokenizer) + self.ids(HEADER)
         self.answer_end = self.ids(ANSWER_END)
 
     def ids(self, text: str) -> list[int]:
@@ -102,24 +92,24 @@ class InPlace:
         if self.cache is not None:
             self.cache.__exit__(*exc)
 
+    def _forward(self, ids: list[int]) -> None:
+        x = torch.tensor([ids], device=self.model.device)  # (1, n)
+        out = self.model.base_model(x, past_key_values=self.past, use_cache=True)
+        self.past, self.hidden = out.past_key_values, out.last_hidden_state[0, -1]  # (d,)
+        self.fed += ids
+        if self.progress is not None:
+            self.progress.update(len(ids))
+
     def feed(self, ids: list[int]) -> range:
-        """Feed ``ids``; returns their stream indices."""
+        """Feed ``ids`` one token at a time; returns their stream indices."""
         start = len(self.fed)
         for i in ids:
-            x = torch.tensor([[i]], device=self.model.device)
-            out = self.model.base_model(x, past_key_values=self.past, use_cache=True)
-            self.past, self.hidden = out.past_key_values, out.last_hidden_state[0, -1]  # (d,)
-            self.fed.append(i)
-            if self.progress is not None:
-                self.progress.update(1)
+            self._forward([i])
         return range(start, len(self.fed))
 
     def prefill(self, ids: list[int]) -> None:
         """Feed ``ids`` in one forward: exact for the dense cache (an evicting one would see the whole chunk)."""
-        x = torch.tensor([ids], device=self.model.device)
-        out = self.model.base_model(x, past_key_values=self.past, use_cache=True)
-        self.past, self.hidden = out.past_key_values, out.last_hidden_state[0, -1]  # (d,)
-        self.fed += ids
+        self._forward(ids)
 
     def next_token(self) -> int:
         return int(self.head(self.hidden).argmax())
@@ -171,7 +161,7 @@ def run_streameval(model, pieces: Pieces, stream: Stream, cache=None, answer_tok
 
 
 def stream_tokens(pieces: Pieces, stream: Stream, answer_tokens: int) -> int:
-    """How many tokens ``run_streameval`` will feed (for a progress bar)."""
+    """How many tokens ``run_streameval`` feeds: header, lines, and per query its question, answer and end."""
     lines = sum(sum(map(len, pieces.line(k, v))) for k, v in zip(stream.keys, stream.values))
     turns = sum(len(pieces.query(q.key)) + answer_tokens + len(pieces.answer_end) for q in stream.queries)
     return len(pieces.header) + lines + turns
@@ -197,7 +187,8 @@ def passkey_in_place(model, tokenizer, prompts: dict, cache_of, max_new: int = 1
             kept = run.holds(range(at, at + len(key)))
             out, _ = run.greedy(max_new)
         text = tokenizer.decode(out, skip_special_tokens=True)
+        answer = answer_of(text)
         rows.append({"length": case.length, "depth": case.depth, "sample": case.sample, "key": case.key,
-                     "answer": answer_of(text), "correct": answer_of(text) == case.key, "output": text,
+                     "answer": answer, "correct": answer == case.key, "output": text,
                      "kept": kept, "distance": len(ids) - 1 - at})
     return rows

@@ -12,7 +12,8 @@ from attnlab.evals.inputs import load_model
 from attnlab.evals.passkey import PasskeyPrompts, build_prompts, passkey_cases
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
-from attnlab.recall.decode import InPlace, Pieces, bos, check_budget, passkey_in_place, run_streameval
+from attnlab.evals.passkey import bos_ids
+from attnlab.recall.decode import InPlace, Pieces, check_budget, passkey_in_place, run_streameval
 from attnlab.recall.streameval import make_stream
 from attnlab.recall.xsum import budget_of, repeated_ngrams, rouge, summary_of
 
@@ -32,8 +33,7 @@ def _cache(model, policy: str, budget: int | None, cfg):
 
 def stream_job(cfg, policy: str, budget: int | None, progress=None) -> dict:
     model, tok = _model(cfg.model)
-    pieces, stream = Pieces(tok), make_stream(cfg.spec)
-    check_budget(pieces, stream, budget, cfg.n_sink, cfg.answer_tokens)
+    pieces, stream = Pieces(tok), make_stream(cfg.spec)  # budgets checked once, by validate(), before any job
     run = run_streameval(model, pieces, stream, _cache(model, policy, budget, cfg), cfg.answer_tokens, progress)
     answers = [{**asdict(a.query), "distance": a.query.distance, "answer": a.text, "correct": a.correct,
                 "token_distance": a.token_distance, "kept": a.kept} for a in run.answers]
@@ -54,7 +54,7 @@ def summarise_job(cfg, cache: tuple | None, prompts: list[tuple[int, str, str]],
     model, tok = _model(cfg.model)
     rows = []
     for index, prompt, reference in prompts:
-        ids = bos(tok) + tok(prompt, add_special_tokens=False)["input_ids"]
+        ids = bos_ids(tok) + tok(prompt, add_special_tokens=False)["input_ids"]
         policy = None
         if cache is not None:
             name, share, n_sink = cache

@@ -39,13 +39,12 @@ class SinkTableRun:
 
 
 def run_table(cfg: SinkTableRun, ctx) -> Result:
-    from attnlab.evals.inputs import load_stream
+    from attnlab.evals.inputs import load_model, text_ids
     from attnlab.sinks.plots import table_figure
     from attnlab.sinks.table import PUBLISHED, label, ppl, sink_table
 
-    model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx.device, fix="--text PATH")
-    if getattr(model.config, "sink_token_id", None) is not None:
-        ids = ids[1:]  # sink_table puts the sink first itself
+    model, tok = load_model(cfg.model, ctx.device)
+    ids = text_ids(tok, cfg.text, cfg.tokens, "--text PATH")  # sink_table puts a sink token first itself
     with ctx.progress(len(cfg.sinks) * (ids.numel() - 1), "stream") as bar:
         nll = sink_table(model, ids, cfg.window, cfg.sinks, bar)
     row = {n: ppl(x) for n, x in nll.items()}

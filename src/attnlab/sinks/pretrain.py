@@ -23,6 +23,7 @@ from attnlab.data.sources import read_corpus
 from attnlab.models.causal_lm import CausalLM, LlamaLMConfig, build_llama
 from attnlab.models.tokenizer import make_tokenizer
 from attnlab.sinks.table import sink_table
+from attnlab.train.batching import prepend
 from attnlab.train.trainer import TrainConfig, Trainer
 
 
@@ -151,7 +152,7 @@ def held_out_sinks(model: CausalLM, ids: torch.Tensor, n: int, length: int, eps:
     starts = torch.linspace(0, ids.numel() - length - 1, n).long()
     x = torch.stack([ids[s: s + length] for s in starts.tolist()])  # (n, length)
     if (sink := model.sink_token_id) is not None:
-        x = torch.cat([torch.full_like(x[:, :1], sink), x], 1)
+        x = prepend(x, sink)  # (n, length + 1), as in training
     _, maps = model(x.to(next(model.parameters()).device), attentions=True)
     return {"sink_rate": sink_rate(maps, eps), "first_token_share": [float(sink_share(a).mean()) for a in maps],
             "sink_importance_max": max(float(sink_importance(a, 1).max()) for a in maps)}

@@ -128,6 +128,11 @@ class RandomWindows:
         return source[: self.bptt].view(1, -1)  # (1, T)
 
 
+def prepend(x: torch.Tensor, token: int) -> torch.Tensor:
+    """x (B, T) -> (B, T+1), every row led by ``token``."""
+    return torch.cat([torch.full_like(x[:, :1], token), x], 1)
+
+
 @dataclass(frozen=True)
 class PrependSink:
     """Another batcher's batches with a learnable sink token before every sample (StreamingLLM's
@@ -150,8 +155,7 @@ class PrependSink:
 
     def _with_sink(self, xy: Batch) -> Batch:
         x, y = xy  # each (B, T)
-        first = torch.full_like(x[:, :1], self.sink)  # (B, 1)
-        return torch.cat([first, x], 1), torch.cat([x[:, :1], y], 1)  # each (B, T+1)
+        return prepend(x, self.sink), torch.cat([x[:, :1], y], 1)  # each (B, T+1)
 
     def batch(self, source: torch.Tensor, step: int, gen: torch.Generator) -> Batch:
         return self._with_sink(self.inner.batch(source, step, gen))
@@ -160,8 +164,7 @@ class PrependSink:
         return map(self._with_sink, self.inner.eval_batches(source, limit))
 
     def probe(self, source: torch.Tensor) -> torch.Tensor:
-        x = self.inner.probe(source)  # (B', T)
-        return torch.cat([torch.full_like(x[:, :1], self.sink), x], 1)  # (B', T+1)
+        return prepend(self.inner.probe(source), self.sink)  # (B', T+1)
 
 
 BATCHERS: Registry[type] = Registry("batching")
