@@ -12,7 +12,7 @@ SETS = ["--set", "lines=12", "--set", "query_every=3", "--set", "distances=2,7",
 
 
 def _run(tmp_path, out, *extra):
-    model = save_hf(tmp_path / "m")
+    model = tmp_path / "m" if (tmp_path / "m").exists() else save_hf(tmp_path / "m")
     return main(["reproduce", "streameval", "--out", str(tmp_path / out), "--set", f"model={model}", *SETS, *extra])
 
 
@@ -39,8 +39,12 @@ def _same_answers(one, two):
     (["--set", "distances=40"], "longer than the stream"),
     (["--set", "policies=lru"], "policies"),
     (["--set", "passkey_budget=12"], "passkey_budget"),
+    (["--set", "positions=absolute"], "positions"),
+    (["--set", "answer_tokens=0"], "answer_tokens"),
 ])
 def test_bad_configs_are_one_line_and_exit_2(tmp_path, capsys, sets, message):
+    save_hf(tmp_path / "m")
+    capsys.readouterr()  # saving the model may print its own progress
     assert _run(tmp_path, "bad", *sets) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1

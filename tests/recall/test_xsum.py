@@ -63,8 +63,11 @@ def test_h2o_xsum_runs_on_a_tiny_model(tmp_path):
     assert (out / "h2o_xsum_rouge.png").exists()
 
 
-def test_a_missing_file_exits_2_with_one_line(tmp_path, capsys):
-    assert main(["reproduce", "h2o-xsum", "--quick", "--out", str(tmp_path / "r"), "--set",
-                 f"data={tmp_path / 'none.jsonl'}"]) == 2
+@pytest.mark.parametrize("sets, message", [
+    (["--set", "data=MISSING"], "none.jsonl"), (["--set", "max_new=0"], "max_new"), (["--set", "ratio=1.5"], "ratio"),
+    (["--set", "caches=local"], "must include full")])
+def test_bad_settings_exit_2_with_one_line(tmp_path, capsys, sets, message):
+    sets = [s.replace("MISSING", str(tmp_path / "none.jsonl")) for s in sets]
+    assert main(["reproduce", "h2o-xsum", "--quick", "--out", str(tmp_path / "r"), *sets]) == 2
     err = capsys.readouterr().err.strip()
-    assert "none.jsonl" in err and len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
+    assert message in err and len(err.splitlines()) == 1 and not (tmp_path / "r").exists()

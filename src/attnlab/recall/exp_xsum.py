@@ -67,6 +67,8 @@ class XSumConfig:
             raise ConfigError(f"caches {unknown}: use some of {', '.join(CACHES)}")
         if "full" not in self.caches:
             raise ConfigError("caches must include full: every claim compares against it")
+        if self.max_new < 1 or self.workers < 1:
+            raise ConfigError(f"max_new={self.max_new}, workers={self.workers}: both must be >= 1")
 
 
 @register("h2o-xsum", "H2O's XSum check: ROUGE of 1-sentence summaries under full, local 20%, H2O 20% (two splits) "

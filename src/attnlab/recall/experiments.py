@@ -26,6 +26,7 @@ import numpy as np
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
+from attnlab.kv.cache import POSITIONS
 from attnlab.recall.jobs import passkey_job, run_jobs, stream_job, validate
 from attnlab.recall.plots import accuracy_figure, kept_figure
 from attnlab.recall.streameval import StreamSpec
@@ -61,6 +62,10 @@ class StreamEvalConfig:
             raise ConfigError(f"policies {unknown}: use some of sinks, h2o, sinks+h2o, window")
         if not self.budgets or min(self.budgets) <= self.n_sink:
             raise ConfigError(f"budgets={self.budgets}: give token budgets above n_sink={self.n_sink}")
+        if self.positions not in POSITIONS:
+            raise ConfigError(f"positions={self.positions!r}: use {' or '.join(POSITIONS)}")
+        if self.answer_tokens < 1 or self.workers < 1:
+            raise ConfigError(f"answer_tokens={self.answer_tokens}, workers={self.workers}: both must be >= 1")
 
     @property
     def spec(self) -> StreamSpec:
