@@ -115,17 +115,36 @@ def test_chunked_dense_streaming_is_exact_and_recompute_with_a_long_window_is_de
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, n_claims", [("streaming-ppl", 3), ("h2o-ppl", 1)])
-def test_streaming_experiments_state_their_claims(setup, tmp_path, name, n_claims):
+@pytest.mark.parametrize("name, long, n_claims", [("streaming-ppl", 0, 3), ("streaming-ppl", 96, 6), ("h2o-ppl", 0, 1)])
+def test_streaming_experiments_state_their_claims(setup, tmp_path, name, long, n_claims):
     model, text = setup
     out = tmp_path / name
     sets = [f"model={model}", f"text={text}", "tokens=64", "budget=16"]
-    sets += ["long_tokens=0"] if name == "streaming-ppl" else ["recent=8", "sweep_recent=4"]
+    sets += [f"long_tokens={long}", "recompute_samples=4"] if name == "streaming-ppl" else ["recent=8", "sweep_recent=4"]
     argv = ["reproduce", name, "--out", str(out)] + [a for s in sets for a in ("--set", s)]
     assert main(argv) == 0
     claims = json.loads((out / "metrics.json").read_text())["claims"]
     assert len(claims) == n_claims
     assert all({"measured", "expected", "tolerance", "holds"} <= set(c) for c in claims)
+    if long:  # flatness is judged against re-computation on the same sampled tokens; the old measure is a finding
+        control = json.loads((out / "metrics.json").read_text())["recompute_control"]
+        assert [len(control[k]["positions"]) for k in ("within", "past")] == [4, 4]
+        assert all(32 - 1 <= t < 64 - 1 for t in control["within"]["positions"])
+        assert all(64 - 1 <= t < long - 1 for t in control["past"]["positions"])
+        assert [c["status"] == "finding" for c in claims] == [False] * 5 + [True]
     if name == "h2o-ppl":  # the budget-split sweep: the claim's split and the swept one, in order
         assert list(json.loads((out / "metrics.json").read_text())["sinks_h2o_ppl_by_recent"]) == ["4", "8"]
         assert (out / "h2o_split.png").exists()
+
+
+@pytest.mark.parametrize("sets, message", [(["long_tokens=96", "recompute_samples=0"], "recompute_samples=0"),
+                                           (["long_tokens=96", "recompute_samples=40"], "sample fewer"),
+                                           (["long_tokens=64"], "must exceed the model's context")])
+def test_streaming_ppl_long_stream_settings_are_checked_before_any_run(setup, tmp_path, capsys, sets, message):
+    model, text = setup
+    sets = [f"model={model}", f"text={text}", "tokens=64", "budget=16"] + sets
+    out = tmp_path / "o"
+    assert main(["reproduce", "streaming-ppl", "--out", str(out)] + [a for s in sets for a in ("--set", s)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (out / "metrics.json").exists()

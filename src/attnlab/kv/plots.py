@@ -10,9 +10,10 @@ def _smooth(x: np.ndarray, w: int = 64) -> np.ndarray:
     return np.convolve(x, np.ones(w) / w, mode="valid") if len(x) > w else x
 
 
-def stream_figure(ctx, runs: dict, long: dict, context: int, name: str) -> None:
+def stream_figure(ctx, runs: dict, long: dict, context: int, name: str, control: dict | None = None) -> None:
     """NLL per position, KV bytes and tokens/s along the stream, one line per run (and, with
-    ``long``, the stream past the model's context)."""
+    ``long``, the stream past the model's context; with ``control``, the sliding window with
+    re-computation against sinks on the same sampled tokens of each stretch)."""
     fig, axes = plt.subplots(1, 4 if long else 3, figsize=(17 if long else 13, 3.4), layout="constrained")
     for k, r in runs.items():
         axes[0].plot(_smooth(r.nll), label=f"{k} (PPL {r.ppl:.2f})", lw=1)
@@ -28,6 +29,11 @@ def stream_figure(ctx, runs: dict, long: dict, context: int, name: str) -> None:
     if long:
         for k, r in long.items():
             axes[3].plot(_smooth(r.nll, 256), label=k, lw=1)
+        for i, c in enumerate((control or {}).values()):
+            x = np.mean(c["positions"])
+            axes[3].plot(x, np.log(c["recompute_ppl"]), "kx", ms=8, label=None if i else "re-computation (sampled)")
+            axes[3].plot(x, np.log(c["sinks_ppl"]), "o", mfc="none", color="C1",
+                         label=None if i else "sinks, same sampled tokens")
         axes[3].axvline(context, color="k", ls=":", lw=1)
         axes[3].set(xlabel="position", ylabel="NLL (256-token mean)", title=f"past the {context}-token context")
         axes[3].legend(fontsize=7)
