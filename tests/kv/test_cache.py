@@ -278,3 +278,23 @@ def test_the_cache_binds_only_its_own_model_and_only_inside_its_context(tiny_mod
     torch.testing.assert_close(out2, ref_neox, atol=1e-5, rtol=1e-5)
     assert len(attention.BOUND) == 0
     assert llama.config._attn_implementation == neox.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("arch", ROPE)
+def test_a_stream_met_far_out_is_the_same_stream(tiny_models, arch, tokens):
+    """``start``: the stream's first token at a far position. With a budget covering the stream it is a plain
+    forward at shifted positions; under eviction with rolling positions, RoPE sees only relative angles, so
+    the logits equal those of the stream started at 0 (to float precision: the model's fp32 angles at 10^4)."""
+    model, start = tiny_models[arch], 10_000
+    pos = torch.arange(start, start + T).expand(tokens.shape[0], T)
+    with torch.no_grad():
+        ref = model(tokens, position_ids=pos).logits
+    out, _ = _stream(model, PolicyCache(model, _policy("full", None), start=start), tokens)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for policy in ("sinks", "sinks+h2o"):
+        near, kept_near = _stream(model, PolicyCache(model, _policy(policy, 12), "rolling"), tokens, True)
+        far, kept = _stream(model, PolicyCache(model, _policy(policy, 12), "rolling", start=start), tokens, True)
+        torch.testing.assert_close(far, near, atol=1e-3, rtol=1e-3)
+        assert all(bool((p < 2).sum(-1).eq(2).all()) for p in kept[-1])  # the stream's own first tokens stay sinks
+        if policy == "sinks":  # slots are stream indices either way: the same tokens kept
+            assert all(torch.equal(a, b) for a, b in zip(kept[-1], kept_near[-1]))

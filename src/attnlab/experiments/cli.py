@@ -61,7 +61,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _parse_overrides(items: list[str]) -> dict[str, str]:
+def parse_overrides(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -86,7 +86,7 @@ def cmd_reproduce(args) -> int:
     if args.out is None:
         raise UsageError(f"--out DIR is required: e.g. `attnlab reproduce {exp.name} --out runs/{exp.name}`")
     device = runner.check_device(args.device)
-    cfg = runner.resolve_config(exp, _parse_overrides(args.overrides), args.seeds, args.quick)
+    cfg = runner.resolve_config(exp, parse_overrides(args.overrides), args.seeds, args.quick)
     result = runner.run_into(exp, cfg, args.out, device, runner.command_line(args.argv))
     out = args.out.expanduser().absolute()
     print(f"{exp.name}: {describe(tally(result.claims))}; report: {out / 'report.md'}")

@@ -59,7 +59,7 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     then ``overrides`` (strings from the command line) applied on top."""
     default = config_cls()
     flat = flatten(default)
-    hints = _field_types(config_cls)
+    hints = field_types(config_cls)
     values: dict[str, Any] = dict(base or {})
     for key, text in (overrides or {}).items():
         if key not in flat:
@@ -70,11 +70,11 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     return _build(config_cls, values)
 
 
-def _field_types(cls: type, prefix: str = "") -> dict[str, Any]:
+def field_types(cls: type, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, typ in typing.get_type_hints(cls).items():
         if dataclasses.is_dataclass(typ):
-            out.update(_field_types(typ, f"{prefix}{name}."))
+            out.update(field_types(typ, f"{prefix}{name}."))
         else:
             out[f"{prefix}{name}"] = typ
     return out

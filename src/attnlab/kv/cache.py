@@ -50,9 +50,10 @@ class PolicyLayer(CacheLayerMixin):
     is_sliding = False
     is_compileable = False
 
-    def __init__(self, policy: KVPolicy, rope: RopeSpec | None = None):
+    def __init__(self, policy: KVPolicy, rope: RopeSpec | None = None, start: int = 0):
         super().__init__()
         self.policy, self.rope = policy, rope
+        self.start = start  # the model's position of the stream's first token
         self.seen = 0  # tokens this layer has seen (the stream length)
         self.pos = self.score = self.valid = self.n_pad = None
         self.new_slots: torch.Tensor | None = None  # (B, H, q) slots of the tokens of the current step
@@ -111,17 +112,17 @@ class PolicyLayer(CacheLayerMixin):
         # Sized on the slots stored now, offset so that new token j reads column `seen + j` of the
         # 2-D padding mask: the attention function reads each new token's validity there.
         s = self.keys.shape[-2] if self.is_initialized else 0
-        return s + query_length, self.seen - s
+        return s + query_length, self.start + self.seen - s
 
     def get_seq_length(self) -> int:
-        return self.seen  # positions continue from the stream length (rolling is done by rotation)
+        return self.start + self.seen  # positions continue from the stream length (rolling is done by rotation)
 
     def get_max_length(self) -> int:
         cap = self.policy.capacity(self.seen)
         return -1 if cap is None else cap
 
     def reset(self) -> None:
-        self.__init__(self.policy, self.rope)
+        self.__init__(self.policy, self.rope, self.start)
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("an evicting KV cache cannot be cropped (assisted decoding is not supported)")
@@ -229,12 +230,13 @@ class PolicyCache(Cache):
             out = model.generate(**inputs, past_key_values=cache, max_new_tokens=50)
     """
 
-    def __init__(self, model: torch.nn.Module, policy: KVPolicy, positions: str = "original"):
+    def __init__(self, model: torch.nn.Module, policy: KVPolicy, positions: str = "original", start: int = 0):
+        """``start``: the model's position of the stream's first token (far out: a stream met deep into it)."""
         if positions not in POSITIONS:
             raise UsageError(f"unknown positions {positions!r}: choose original or rolling")
         rope = _rolling_rope(model) if positions == "rolling" else None
         n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
-        super().__init__(layers=[PolicyLayer(policy, rope) for _ in range(n_layers)])
+        super().__init__(layers=[PolicyLayer(policy, rope, start) for _ in range(n_layers)])
         self.model, self.policy, self.positions = model, policy, positions
         self._saved_impl: str | None = None
         self._bound: list[torch.nn.Module] = []  # the attention modules this context binds

@@ -56,6 +56,8 @@ class StreamConfig(_StreamInput):
         if self.tokens < 2 * self.budget or self.budget <= self.n_sink:
             raise ConfigError(f"tokens={self.tokens}, budget={self.budget}, n_sink={self.n_sink}: need "
                               "tokens >= 2 x budget > 2 x n_sink so the cache really evicts")
+        if self.n_sink < 2:  # found by a sweep: n_sink=1 made the two sink runs one, and the run crashed
+            raise ConfigError(f"n_sink={self.n_sink}: streaming-ppl compares 1 sink with n_sink sinks; use n_sink >= 2")
         if self.long_tokens and self.recompute_samples < 1:
             raise ConfigError(f"recompute_samples={self.recompute_samples}: the long-stream claim needs at least one "
                               "sampled token per stretch (or long_tokens=0 to skip it)")

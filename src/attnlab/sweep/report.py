@@ -1,0 +1,138 @@
+"""What a sweep found, read back from its cell folders: ``sweep.json``, ``sweep.md`` and ``sweep.png``.
+
+Every row is a cell: its axis values, its status (done, failed with its one-line error, or not run --
+an interrupted sweep), the status and measured value of each of its claims, and the ``--metric`` values
+asked for (dotted paths into the cell's metrics.json, e.g. ``ppl.dense``). The figure puts the first
+axis on x and draws one panel per claim and chosen metric, one line per combination of the other axes,
+seeds averaged (their spread shaded).
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from attnlab.core.io import write_atomic, write_json
+from attnlab.sweep import store
+from attnlab.sweep.grid import Grid
+
+MAX_PANELS = 8
+
+
+def lookup(metrics: dict, path: str):
+    """The value at a dotted path of a metrics dict (None where there is none)."""
+    value = metrics
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value if isinstance(value, (int, float, str, bool)) or value is None else None
+
+
+def rows(out: Path, grid: Grid, chosen: list[str]) -> list[dict]:
+    table = []
+    for cell in grid.cells():
+        row = {"cell": cell.name, "folder": f"cells/{cell.folder}", "axes": dict(cell.axes)}
+        metrics = store.cell_metrics(out, cell) if store.is_complete(out, cell) else None
+        if metrics is None:
+            error = store.failure(out, cell)
+            row["status"] = "not run" if error is None else "failed"
+            if error is not None:
+                row["error"] = error
+        else:
+            row.update(status="done", seconds=metrics.get("seconds"), claim_counts=metrics.get("claim_counts"),
+                       claims=[{"claim": c["claim"], "measured": c.get("measured"), "status": c["status"]}
+                               for c in metrics.get("claims", [])],
+                       metrics={k: lookup(metrics, k) for k in chosen})
+        table.append(row)
+    return table
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else "" if v is None else str(v)
+
+
+def markdown(grid: Grid, table: list[dict], chosen: list[str]) -> str:
+    keys = [k for k, _ in grid.axes]
+    done = [r for r in table if r["status"] == "done"]
+    n_claims = max((len(r["claims"]) for r in done), default=0)
+    head = keys + ["status", "claims hold"] + [f"claim {i + 1}" for i in range(n_claims)] + chosen
+    lines = [f"# sweep: {grid.experiment}", "",
+             f"{len(done)}/{len(table)} cells done, {sum(r['status'] == 'failed' for r in table)} failed, "
+             f"{sum(r['status'] == 'not run' for r in table)} not run. Fixed settings: "
+             + (", ".join(f"{k}={v}" for k, v in grid.fixed) or "none") + (" (quick)" if grid.quick else "") + ".", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table:
+        cells = [r["axes"][k] for k in keys] + [r["status"]]
+        if r["status"] == "done":
+            c = r["claim_counts"] or {}
+            held = f"{c.get('holds', 0)}/{c.get('holds', 0) + c.get('fails', 0)}"
+            claims = [f"{_fmt(x['measured'])} ({x['status']})" for x in r["claims"]]
+            cells += [held] + claims + [""] * (n_claims - len(claims)) + [_fmt(r["metrics"][k]) for k in chosen]
+        else:
+            cells += [r.get("error", "").replace("|", "/")] + [""] * (n_claims + len(chosen))
+        lines.append("| " + " | ".join(str(x) for x in cells) + " |")
+    if done:
+        lines += ["", "Claims (as worded in the first done cell, with its numbers):", ""]
+        lines += [f"{i + 1}. {c['claim']}" for i, c in enumerate(done[0]["claims"])]
+    return "\n".join(lines) + "\n"
+
+
+def _number(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def draw(path: Path, grid: Grid, table: list[dict], chosen: list[str]) -> bool:
+    """One panel per claim / chosen metric against the first axis; False when there is nothing to draw."""
+    from attnlab.core.plotting import plt
+
+    done = [r for r in table if r["status"] == "done"]
+    n_claims = max((len(r["claims"]) for r in done), default=0)
+    series = [(f"claim {i + 1}", lambda r, i=i: r["claims"][i]["measured"] if i < len(r["claims"]) else None)
+              for i in range(n_claims)] + [(k, lambda r, k=k: r["metrics"].get(k)) for k in chosen]
+    series = series[:MAX_PANELS]
+    if not done or not series:
+        return False
+    x_key, x_values = grid.axes[0]
+    others = [(k, v) for k, v in grid.axes[1:] if k != "seed"]
+    numeric = all(_number(v) is not None for v in x_values)
+    xs = [float(v) for v in x_values] if numeric else list(range(len(x_values)))
+    fig, axes = plt.subplots(1, len(series), figsize=(4.2 * len(series), 3.4), layout="constrained", squeeze=False)
+    for ax, (label, get) in zip(axes[0], series):
+        for combo in itertools.product(*(v for _, v in others)):
+            picked = dict(zip((k for k, _ in others), combo))
+            ys = [[_number(get(r)) for r in done if r["axes"][x_key] == xv
+                   and all(r["axes"][k] == v for k, v in picked.items())] for xv in x_values]
+            ys = [[y for y in col if y is not None] for col in ys]
+            keep = [i for i, col in enumerate(ys) if col]
+            if not keep:
+                continue
+            mean = [float(np.mean(ys[i])) for i in keep]
+            line = ax.plot([xs[i] for i in keep], mean, "o-", label=", ".join(f"{k}={v}" for k, v in picked.items()))
+            lo, hi = [min(ys[i]) for i in keep], [max(ys[i]) for i in keep]
+            if any(a != b for a, b in zip(lo, hi)):
+                ax.fill_between([xs[i] for i in keep], lo, hi, alpha=0.2, color=line[0].get_color())
+        ax.set(xlabel=x_key, title=label)
+        if not numeric:
+            ax.set_xticks(xs, x_values, rotation=30, fontsize=7)
+        if others:
+            ax.legend(fontsize=7)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    tmp.replace(path)  # written aside, then renamed
+    return True
+
+
+def write(out: Path, grid: Grid, chosen: list[str], figure: bool = True) -> list[dict]:
+    """Re-read every cell and write sweep.json, sweep.md and (``figure``, when drawable) sweep.png; the rows."""
+    table = rows(out, grid, chosen)
+    write_json(out / store.MANIFEST, {"identity": store.identity(grid), "grid": grid.to_json(), "cells": table})
+    write_atomic(out / "sweep.md", markdown(grid, table, chosen))
+    if figure:
+        draw(out / "sweep.png", grid, table, chosen)
+    return table

@@ -1,0 +1,69 @@
+"""The grid of `attnlab sweep`, without Ray: axes, seeds, cells and their names."""
+import pytest
+
+from attnlab.core.errors import UsageError
+from attnlab.experiments import registry
+from attnlab.sweep.grid import Cell, make_grid
+
+
+def grid(name, axes, sets=None, seeds=None):
+    exp = registry.get(name)
+    return make_grid(exp.name, exp.config_cls, axes, sets or {}, seeds, False)
+
+
+def test_cells_are_the_product_of_the_axes_and_the_seeds_in_axis_order():
+    g = grid("scansnap-fig4", ["eta_z=0.5,1", "sgd.steps=5,10,20"], {"data.T": "64"}, seeds=2)
+    cells = g.cells()
+    assert len(cells) == 2 * 3 * 2
+    assert cells[0].name == "eta_z=0.5,sgd.steps=5,seed=0" and cells[-1].name == "eta_z=1,sgd.steps=20,seed=1"
+    assert len({c.folder for c in cells}) == len(cells)  # one folder a cell
+    assert all(c.overrides["data.T"] == "64" for c in cells)  # fixed settings in every cell
+
+
+def test_a_list_valued_key_separates_its_values_with_semicolons():
+    g = grid("passkey", ["lengths=1024,2048;4096", "scalings=none;ntk"])
+    assert [c.overrides["lengths"] for c in g.cells()][::2] == ["1024,2048", "4096"]
+
+
+def test_seeds_become_an_axis_or_pass_through_where_the_experiment_batches_them():
+    assert [c.overrides.get("seed") for c in grid("scansnap-fig4", [], seeds=3).cells()] == ["0", "1", "2"]
+    fig6 = grid("scansnap-fig6", ["eta_z=1;2"], seeds=4).cells()
+    assert [c.overrides["seeds"] for c in fig6] == ["4", "4"] and "seed" not in fig6[0].overrides
+
+
+def test_folder_names_are_safe_on_any_file_system():
+    cell = Cell((("text", "../shared/data/kjv kjv.txt"),))
+    assert "/" not in cell.folder and " " not in cell.folder
+
+
+@pytest.mark.parametrize("axes, sets, seeds, message", [
+    (["eta=1,2"], {}, None, "did you mean 'eta_z'"),
+    (["eta_z="], {}, None, "the axis eta_z is empty"),
+    (["eta_z"], {}, None, "write KEY=V1,V2"),
+    (["eta_z=1,1"], {}, None, "appears twice"),
+    (["eta_z=1,2", "eta_z=3"], {}, None, "eta_z: each key is either one --grid axis or a --set"),
+    (["eta_z=1,2"], {"eta_z": "3"}, None, "not both"),
+    ([], {}, None, "needs at least one --grid"),
+    (["eta_z=1"], {}, 0, "--seeds 0"),
+])
+def test_bad_grids_are_one_line(axes, sets, seeds, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        grid("scansnap-fig4", axes, sets, seeds)
+
+
+def test_seeds_for_a_deterministic_experiment_are_refused():
+    with pytest.raises(UsageError, match="no seed to vary"):
+        grid("h2o-ppl", ["budget=64,128"], seeds=2)
+
+
+def test_without_ray_the_sweep_names_the_install_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from attnlab.cli import main
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    out = tmp_path / "sweep"
+    assert main(["sweep", "scansnap-fig4", "--grid", "eta_z=1,2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install 'attnlab[sweep]'" in err and len(err.splitlines()) == 1
+    assert not out.exists()

@@ -1,0 +1,143 @@
+"""`attnlab sweep` on a local Ray instance, over a tiny experiment: streaming-ppl on a tiny model folder."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import ray
+import torch
+
+from attnlab.cli import main
+from tiny_models import save_hf
+
+TEXT = "the cat sat on the mat and the dog ran to the cat. " * 20
+TINY = ["tokens=64", "long_tokens=0"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module (its start-up is paid once); `attnlab sweep` uses it and leaves it running."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "text.txt").write_text(TEXT)
+    return [f"model={save_hf(tmp_path / 'm')}", f"text={tmp_path / 'text.txt'}"] + TINY
+
+
+def sweep(out, sets, *grid, extra=()):
+    argv = ["sweep", "streaming-ppl", "--out", str(out)] + [a for g in grid for a in ("--grid", g)]
+    return main(argv + [a for s in sets for a in ("--set", s)] + list(extra))
+
+
+def outcome(folder):
+    """What a run found (its resolved config and claims), without its timings."""
+    m = json.loads((folder / "metrics.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    return config, [(c["claim"], c["measured"], c["status"]) for c in m["claims"]], m["ppl"]
+
+
+def test_cells_equal_reproduce_runs_and_a_rerun_skips_them(local_ray, tiny, tmp_path, capsys):
+    """Equal to the last bit, at the cell's thread count (float sums are ordered by the threads)."""
+    out = tmp_path / "sweep"
+    assert sweep(out, tiny, "budget=8,16", "n_sink=2,4") == 0
+    table = json.loads((out / "sweep.json").read_text())["cells"]
+    assert [r["cell"] for r in table] == ["budget=8,n_sink=2", "budget=8,n_sink=4", "budget=16,n_sink=2",
+                                          "budget=16,n_sink=4"]
+    assert all(r["status"] == "done" for r in table)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each cell ran: --cpus-per-cell 1
+    for r in table:
+        ref = tmp_path / "reproduce" / r["folder"]
+        sets = tiny + [f"{k}={v}" for k, v in r["axes"].items()]
+        assert main(["reproduce", "streaming-ppl", "--out", str(ref)] + [a for s in sets for a in ("--set", s)]) == 0
+        assert outcome(out / r["folder"]) == outcome(ref)
+    torch.set_num_threads(threads)
+    assert (out / "sweep.md").read_text().count("| done |") == 4 and (out / "sweep.png").exists()
+    stamp = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/metrics.json")}
+    capsys.readouterr()
+    assert sweep(out, tiny, "budget=8,16", "n_sink=2,4") == 0  # the same command again: nothing runs
+    assert "4/4 cells done (4 were already)" in capsys.readouterr().out
+    assert stamp == {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/metrics.json")}
+
+
+def test_a_failing_cell_is_reported_and_the_others_go_on(local_ray, tiny, tmp_path, capsys):
+    out, good = tmp_path / "sweep", tiny[1].removeprefix("text=")
+    sets = [s for s in tiny if not s.startswith("text=")]
+    assert sweep(out, sets, f"text={good},{tmp_path / 'missing.txt'}", "budget=8,16") == 1
+    rows = {r["cell"]: r for r in json.loads((out / "sweep.json").read_text())["cells"]}
+    failed = [r for r in rows.values() if r["status"] == "failed"]
+    assert len(failed) == 2 and all("missing.txt: no such file" in r["error"] for r in failed)
+    assert sum(r["status"] == "done" for r in rows.values()) == 2
+    assert "failed: text=" in capsys.readouterr().err  # said as it happened
+    assert "no such file" in (out / "sweep.md").read_text()
+    (tmp_path / "missing.txt").write_text(TEXT)  # fixed: a re-run runs only the two failed cells
+    capsys.readouterr()
+    assert sweep(out, sets, f"text={good},{tmp_path / 'missing.txt'}", "budget=8,16") == 0
+    assert "4/4 cells done (2 were already)" in capsys.readouterr().out
+
+
+def test_a_killed_sweep_resumes_to_the_uninterrupted_result(local_ray, tiny, tmp_path):
+    grid = ["budget=8,12,16", "n_sink=2,3,4"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert sweep(whole, tiny, *grid) == 0
+    argv = [sys.executable, "-m", "attnlab", "sweep", "streaming-ppl", "--out", str(killed), "--workers", "1"]
+    argv += [a for g in grid for a in ("--grid", g)] + [a for s in tiny for a in ("--set", s)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    deadline = time.time() + 240
+    while len(list(killed.glob("cells/*/cell.json"))) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C, mid-way
+    _, err = proc.communicate(timeout=120)
+    done = len(list(killed.glob("cells/*/cell.json")))
+    assert proc.returncode == 130 and 2 <= done < 9, err.decode()[-500:]
+    assert not list(killed.glob("cells/.*"))  # no half-written cell left behind
+    assert sweep(killed, tiny, *grid) == 0
+    cells = sorted(p.name for p in (whole / "cells").iterdir())
+    assert cells == sorted(p.name for p in (killed / "cells").iterdir()) and len(cells) == 9
+    assert all(outcome(whole / "cells" / c) == outcome(killed / "cells" / c) for c in cells)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sweep", "streaming-pl", "--grid", "budget=8"], "did you mean 'streaming-ppl'"),
+    (["sweep", "streaming-ppl", "--grid", "budgte=8,16"], "did you mean 'budget'"),
+    (["sweep", "streaming-ppl", "--grid", "budget="], "the axis budget is empty"),
+    (["sweep", "streaming-ppl", "--grid", "budget=8,40"], "cell budget=40: tokens=64, budget=40"),
+    (["sweep", "streaming-ppl", "--grid", "n_sink=1,4"], "cell n_sink=1: n_sink=1: streaming-ppl compares"),
+    (["sweep", "streaming-ppl", "--grid", "budget=8", "--address", "127.0.0.1:1"], "cannot reach the Ray cluster "
+     "at --address 127.0.0.1:1"),
+    (["sweep", "streaming-ppl", "--grid", "budget=8", "--address", "auto", "--workers", "2"], "drop one of them"),
+])
+def test_bad_sweeps_are_one_line_exit_2_and_write_nothing(tiny, tmp_path, capsys, argv, message):
+    out = tmp_path / "sweep"
+    assert main(argv + ["--out", str(out)] + [a for s in tiny for a in ("--set", s)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_folder_holding_another_sweep_is_refused_and_kept(tiny, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "sweep.json").write_text(json.dumps({"identity": {"experiment": "h2o-ppl"}, "cells": []}))
+    assert sweep(out, tiny, "budget=8,16") == 2
+    assert "holds a different sweep (h2o-ppl" in capsys.readouterr().err
+    assert json.loads((out / "sweep.json").read_text())["identity"] == {"experiment": "h2o-ppl"}
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep")
+    assert sweep(tmp_path / "notes", tiny, "budget=8,16") == 2
+    assert "already holds other files" in capsys.readouterr().err
+    assert (tmp_path / "notes" / "mine.txt").read_text() == "keep"
+
+
+def test_no_other_command_imports_ray():
+    code = ("import sys; from attnlab.cli import build_parser; build_parser(); "
+            "from attnlab.experiments import registry; registry.load_all(); print('ray' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
