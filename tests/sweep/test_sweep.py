@@ -85,23 +85,23 @@ def test_a_failing_cell_is_reported_and_the_others_go_on(local_ray, tiny, tmp_pa
 
 
 def test_a_killed_sweep_resumes_to_the_uninterrupted_result(local_ray, tiny, tmp_path):
-    grid = ["budget=8,12,16", "n_sink=2,3,4"]
+    grid = ["budget=8,12,16", "n_sink=2,3,4", "dense_chunk=16,32,64"]  # 27 cells, one at a time
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert sweep(whole, tiny, *grid) == 0
     argv = [sys.executable, "-m", "attnlab", "sweep", "streaming-ppl", "--out", str(killed), "--workers", "1"]
     argv += [a for g in grid for a in ("--grid", g)] + [a for s in tiny for a in ("--set", s)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
     deadline = time.time() + 240
-    while len(list(killed.glob("cells/*/cell.json"))) < 2 and time.time() < deadline and proc.poll() is None:
+    while len(list(killed.glob("cells/*/cell.json"))) < 1 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)  # Ctrl-C, mid-way
     _, err = proc.communicate(timeout=120)
     done = len(list(killed.glob("cells/*/cell.json")))
-    assert proc.returncode == 130 and 2 <= done < 9, err.decode()[-500:]
+    assert proc.returncode == 130 and 1 <= done < 27, (proc.returncode, done, err.decode()[-300:])
     assert not list(killed.glob("cells/.*"))  # no half-written cell left behind
     assert sweep(killed, tiny, *grid) == 0
     cells = sorted(p.name for p in (whole / "cells").iterdir())
-    assert cells == sorted(p.name for p in (killed / "cells").iterdir()) and len(cells) == 9
+    assert cells == sorted(p.name for p in (killed / "cells").iterdir()) and len(cells) == 27
     assert all(outcome(whole / "cells" / c) == outcome(killed / "cells" / c) for c in cells)
 
 
@@ -110,7 +110,8 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(local_ray, tiny, tmp
     (["sweep", "streaming-ppl", "--grid", "budgte=8,16"], "did you mean 'budget'"),
     (["sweep", "streaming-ppl", "--grid", "budget="], "the axis budget is empty"),
     (["sweep", "streaming-ppl", "--grid", "budget=8,40"], "cell budget=40: tokens=64, budget=40"),
-    (["sweep", "streaming-ppl", "--grid", "n_sink=1,4"], "cell n_sink=1: n_sink=1: streaming-ppl compares"),
+    (["sweep", "streaming-ppl", "--grid", "n_sink=1,4", "--set", "budget=16"], "cell n_sink=1: n_sink=1: "
+     "streaming-ppl compares"),
     (["sweep", "streaming-ppl", "--grid", "budget=8", "--address", "127.0.0.1:1"], "cannot reach the Ray cluster "
      "at --address 127.0.0.1:1"),
     (["sweep", "streaming-ppl", "--grid", "budget=8", "--address", "auto", "--workers", "2"], "drop one of them"),

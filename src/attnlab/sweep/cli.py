@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from attnlab.core.errors import UsageError
@@ -110,7 +111,7 @@ def cmd_sweep(args) -> int:
             else:
                 store.record_failure(out, cell, outcome)
                 failed.append(f"{cell.name}: {outcome['error']}")
-                bar.write(f"attnlab sweep: cell {cell.name} failed: {outcome['error']}")
+                bar.write(f"attnlab sweep: cell {cell.name} failed: {outcome['error']}", file=sys.stderr)
             bar.update(1)
             bar.set_postfix(failed=len(failed))
             report.write(out, grid, args.metric, figure=False)  # current after every cell, even if killed next
