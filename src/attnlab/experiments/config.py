@@ -54,6 +54,12 @@ def _parse(text: str, typ: Any, key: str) -> Any:
         raise UsageError(f"--set {key}={text}: expected a value of type {name}") from None
 
 
+def did_you_mean(key: str, keys) -> str:
+    """``"did you mean 'x'? "`` for the closest config key, or nothing (--set and --grid say it alike)."""
+    close = difflib.get_close_matches(key, list(keys), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dict[str, Any] | None = None) -> Any:
     """Instantiate ``config_cls`` with ``base`` (already-typed values, e.g. demo's quick mode)
     then ``overrides`` (strings from the command line) applied on top."""
@@ -63,9 +69,7 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     values: dict[str, Any] = dict(base or {})
     for key, text in (overrides or {}).items():
         if key not in flat:
-            close = difflib.get_close_matches(key, flat, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise UsageError(f"unknown config key {key!r}: {hint}keys are: {', '.join(flat)}")
+            raise UsageError(f"unknown config key {key!r}: {did_you_mean(key, flat)}keys are: {', '.join(flat)}")
         values[key] = _parse(text, hints[key], key)
     return _build(config_cls, values)
 

@@ -11,7 +11,6 @@ same text made safe for any file system. Nothing here imports Ray or runs anythi
 """
 from __future__ import annotations
 
-import difflib
 import itertools
 import re
 import typing
@@ -68,9 +67,8 @@ def parse_axis(text: str, keys: dict[str, typing.Any]) -> tuple[str, tuple[str, 
     if not sep or not key:
         raise UsageError(f"--grid {text!r}: write KEY=V1,V2, e.g. --grid budget=256,512")
     if key not in keys:
-        close = difflib.get_close_matches(key, keys, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(f"--grid {key}: unknown config key; {hint}keys are: {', '.join(keys)}")
+        raise UsageError(f"--grid {key}: unknown config key; {config_mod.did_you_mean(key, keys)}keys are: "
+                         f"{', '.join(keys)}")
     sep_values = ";" if typing.get_origin(keys[key]) is tuple else ","
     items = tuple(v.strip() for v in values.split(sep_values) if v.strip())
     if not items:
