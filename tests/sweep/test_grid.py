@@ -4,6 +4,7 @@ import pytest
 from attnlab.core.errors import UsageError
 from attnlab.experiments import registry
 from attnlab.sweep.grid import Cell, make_grid
+from attnlab.sweep.report import markdown, rows
 
 
 def grid(name, axes, sets=None, seeds=None):
@@ -29,6 +30,13 @@ def test_seeds_become_an_axis_or_pass_through_where_the_experiment_batches_them(
     assert [c.overrides.get("seed") for c in grid("scansnap-fig4", [], seeds=3).cells()] == ["0", "1", "2"]
     fig6 = grid("scansnap-fig6", ["eta_z=1;2"], seeds=4).cells()
     assert [c.overrides["seeds"] for c in fig6] == ["4", "4"] and "seed" not in fig6[0].overrides
+
+
+def test_the_table_names_the_settings_every_cell_shares(tmp_path):
+    """seeds=N passed through to every cell is such a setting, beside the --set ones."""
+    fig6 = grid("scansnap-fig6", ["eta_z=1;2"], {"num_last": "3"}, seeds=4)
+    text = markdown(fig6, rows(tmp_path, fig6, []), [])
+    assert "0/2 cells done, 0 failed, 2 not run. Fixed settings: num_last=3, seeds=4." in text
 
 
 def test_folder_names_are_safe_on_any_file_system():

@@ -117,12 +117,13 @@ def cmd_sweep(args) -> int:
             report.write(out, grid, args.metric, figure=False)  # current after every cell, even if killed next
 
         try:
-            engine.run_all(_jobs(args, exp, grid, todo, out), args.cpus_per_cell, on_done)
-        except KeyboardInterrupt:
+            with engine.interruptible() as stopped:
+                engine.run_all(_jobs(args, exp, grid, todo, out), args.cpus_per_cell, on_done)
+        except KeyboardInterrupt:  # Ctrl-C or kill
             report.write(out, grid, args.metric)
             print(f"attnlab sweep: interrupted; the finished cells are kept in {out}: run the same command to "
                   "finish the others", flush=True)
-            return 130
+            return 128 + stopped["signal"]
         finally:
             bar.close()
             disconnect()

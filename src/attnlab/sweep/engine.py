@@ -7,6 +7,8 @@ task asking for ``cpus_per_cell`` CPUs; Ray schedules the tasks over the cluster
 from __future__ import annotations
 
 import logging
+import signal
+from contextlib import contextmanager
 from typing import Callable, Hashable
 
 from attnlab.core.errors import UsageError
@@ -66,8 +68,23 @@ def connect(address: str | None, num_cpus: int) -> Callable[[], None]:
     return ray.shutdown
 
 
-def cluster_cpus() -> int:
-    return int(_ray().cluster_resources().get("CPU", 0))
+@contextmanager
+def interruptible():
+    """Ctrl-C and ``kill`` (SIGTERM, also what cluster schedulers send) both raise KeyboardInterrupt in the
+    driver, so a sweep stopped either way says where its finished cells are (Ray's own SIGTERM handler would
+    exit without a word). A SIGINT this process was started ignoring (``cmd &`` in a script) stays ignored.
+    Yields a dict whose "signal" says which signal stopped the sweep (Ray may re-raise the interrupt as its own)."""
+    stopped = {"signal": signal.SIGINT}
+
+    def stop(signum, frame):
+        stopped["signal"] = signal.Signals(signum)
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def run_all(jobs: dict[Hashable, CellJob], cpus_per_cell: int, on_done: Callable[[Hashable, dict], None]) -> None:
@@ -75,8 +92,18 @@ def run_all(jobs: dict[Hashable, CellJob], cpus_per_cell: int, on_done: Callable
     ray = _ray()
     task = ray.remote(num_cpus=cpus_per_cell, max_retries=1)(run_cell)  # one retry: a lost node, not a bug
     pending = {task.remote(job): key for key, job in jobs.items()}
+    try:
+        _collect(ray, pending, on_done)
+    except KeyboardInterrupt:  # stop the cells still running or queued, here or on the cluster
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+
+
+def _collect(ray, pending: dict, on_done: Callable[[Hashable, dict], None]) -> None:
     while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
+        # a timeout, so the driver returns to Python now and then: a signal's handler runs between waits
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
         for ref in done:
             key = pending.pop(ref)
             try:

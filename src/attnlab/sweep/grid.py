@@ -50,10 +50,15 @@ class Grid:
     quick: bool = False
     seeds_each: int | None = field(default=None)  # `seeds=N` passed to every cell (experiments that batch seeds)
 
+    @property
+    def every_cell(self) -> tuple[tuple[str, str], ...]:
+        """The settings every cell shares: the fixed ``--set``s and, where passed through, ``seeds=N``."""
+        return self.fixed + ((("seeds", str(self.seeds_each)),) if self.seeds_each else ())
+
     def cells(self) -> list[Cell]:
         keys = [k for k, _ in self.axes]
-        fixed = self.fixed + ((("seeds", str(self.seeds_each)),) if self.seeds_each else ())
-        return [Cell(tuple(zip(keys, values)), fixed) for values in itertools.product(*(v for _, v in self.axes))]
+        return [Cell(tuple(zip(keys, values)), self.every_cell)
+                for values in itertools.product(*(v for _, v in self.axes))]
 
     def to_json(self) -> dict:
         return {"experiment": self.experiment, "axes": {k: list(v) for k, v in self.axes},
