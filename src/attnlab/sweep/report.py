@@ -9,6 +9,7 @@ seeds averaged (their spread shaded).
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,25 @@ def lookup(metrics: dict, path: str):
             return None
         value = value[part]
     return value if isinstance(value, (int, float, str, bool)) or value is None else None
+
+
+def claim_key(wording: str) -> str:
+    """A claim's identity across cells: its wording with the numbers blanked, since cells of one experiment
+    may hold different claims (Fig. 6's 1/2 tokens vs 3/6 ...) or word one claim with their own settings."""
+    return re.sub(r"\d+(?:\.\d+)?", "#", wording)
+
+
+def claim_columns(table: list[dict]) -> list[tuple[str, str]]:
+    """(key, wording in the first done cell that holds it) of every claim of the done cells, first seen first."""
+    columns: dict[str, str] = {}
+    for r in table:
+        for c in r.get("claims", []) if r["status"] == "done" else []:
+            columns.setdefault(claim_key(c["claim"]), c["claim"])
+    return list(columns.items())
+
+
+def _claim(row: dict, key: str) -> dict | None:
+    return next((c for c in row["claims"] if claim_key(c["claim"]) == key), None)
 
 
 def rows(out: Path, grid: Grid, chosen: list[str]) -> list[dict]:
@@ -56,8 +76,8 @@ def _fmt(v) -> str:
 def markdown(grid: Grid, table: list[dict], chosen: list[str]) -> str:
     keys = [k for k, _ in grid.axes]
     done = [r for r in table if r["status"] == "done"]
-    n_claims = max((len(r["claims"]) for r in done), default=0)
-    head = keys + ["status", "claims hold"] + [f"claim {i + 1}" for i in range(n_claims)] + chosen
+    columns = claim_columns(table)
+    head = keys + ["status", "claims hold"] + [f"claim {i + 1}" for i in range(len(columns))] + chosen
     lines = [f"# sweep: {grid.experiment}", "",
              f"{len(done)}/{len(table)} cells done, {sum(r['status'] == 'failed' for r in table)} failed, "
              f"{sum(r['status'] == 'not run' for r in table)} not run. Fixed settings: "
@@ -68,14 +88,16 @@ def markdown(grid: Grid, table: list[dict], chosen: list[str]) -> str:
         if r["status"] == "done":
             c = r["claim_counts"] or {}
             held = f"{c.get('holds', 0)}/{c.get('holds', 0) + c.get('fails', 0)}"
-            claims = [f"{_fmt(x['measured'])} ({x['status']})" for x in r["claims"]]
-            cells += [held] + claims + [""] * (n_claims - len(claims)) + [_fmt(r["metrics"][k]) for k in chosen]
+            claims = [_claim(r, key) for key, _ in columns]
+            cells += [held] + ["" if x is None else f"{_fmt(x['measured'])} ({x['status']})" for x in claims]
+            cells += [_fmt(r["metrics"][k]) for k in chosen]
         else:
-            cells += [r.get("error", "").replace("|", "/")] + [""] * (n_claims + len(chosen))
+            cells += [r.get("error", "").replace("|", "/")] + [""] * (len(columns) + len(chosen))
         lines.append("| " + " | ".join(str(x) for x in cells) + " |")
-    if done:
-        lines += ["", "Claims (as worded in the first done cell, with its numbers):", ""]
-        lines += [f"{i + 1}. {c['claim']}" for i, c in enumerate(done[0]["claims"])]
+    if columns:
+        lines += ["", "Claims (as worded in the first done cell holding each; blank where a cell has no such claim):",
+                  ""]
+        lines += [f"{i + 1}. {wording}" for i, (_, wording) in enumerate(columns)]
     return "\n".join(lines) + "\n"
 
 
@@ -91,9 +113,9 @@ def draw(path: Path, grid: Grid, table: list[dict], chosen: list[str]) -> bool:
     from attnlab.core.plotting import plt
 
     done = [r for r in table if r["status"] == "done"]
-    n_claims = max((len(r["claims"]) for r in done), default=0)
-    series = [(f"claim {i + 1}", lambda r, i=i: r["claims"][i]["measured"] if i < len(r["claims"]) else None)
-              for i in range(n_claims)] + [(k, lambda r, k=k: r["metrics"].get(k)) for k in chosen]
+    series = [(f"claim {i + 1}", lambda r, key=key: (_claim(r, key) or {}).get("measured"))
+              for i, (key, _) in enumerate(claim_columns(table))] + [(k, lambda r, k=k: r["metrics"].get(k))
+                                                                      for k in chosen]
     series = series[:MAX_PANELS]
     if not done or not series:
         return False
