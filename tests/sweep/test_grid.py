@@ -59,6 +59,19 @@ def test_bad_grids_are_one_line(axes, sets, seeds, message):
         grid("scansnap-fig4", axes, sets, seeds)
 
 
+def test_passkey_cells_of_one_scaling_resolve_and_zero_shot_cells_without_none_are_refused(tmp_path):
+    """passkey's claims are per scaling, so a cell per (length, scaling) is a whole run; rope-zero-shot's PPL
+    claims divide by the unscaled run, so its cells need 'none' -- refused with the config, before Ray starts."""
+    from attnlab.cli import main
+    from attnlab.experiments import runner
+
+    for cell in grid("passkey", ["lengths=4096;16384", "scalings=pi;yarn"]).cells():
+        assert runner.resolve_config(registry.get("passkey"), cell.overrides, None, False).scalings[0] in ("pi", "yarn")
+    argv = ["sweep", "rope-zero-shot", "--grid", "scalings=none;pi", "--out", str(tmp_path / "s")]
+    assert main(argv) == 2 and not (tmp_path / "s").exists()
+    assert main(["sweep", "passkey", "--grid", "scalings=none;yarm", "--out", str(tmp_path / "s")]) == 2
+
+
 def test_seeds_for_a_deterministic_experiment_are_refused():
     with pytest.raises(UsageError, match="no seed to vary"):
         grid("h2o-ppl", ["budget=64,128"], seeds=2)

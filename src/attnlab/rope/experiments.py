@@ -40,6 +40,11 @@ class ZeroShotConfig(PasskeyConfig):
     blowup: float = 2.0  # no scaling: PPL at the longest length / PPL at the trained length >= 2
     bounded: float = 1.5  # the NTK family: the same ratio <= 1.5
 
+    def __post_init__(self):
+        super().__post_init__()
+        if "none" not in self.scalings:  # checked with the config: a sweep refuses such a cell up front
+            raise ConfigError("scalings must include 'none' (the PPL claims compare against it)")
+
 
 NO_FINETUNE = ("ntk", "dynamic-ntk", "yarn")  # the scalings claimed to work without fine-tuning
 
@@ -60,17 +65,11 @@ def _passkey_claims(cfg, scalings: list[RopeScaling], results, trained: int) -> 
     return claims
 
 
-def _scalings(cfg) -> list[RopeScaling]:
-    if "none" not in cfg.scalings:
-        raise ConfigError("scalings must include 'none' (the baseline the claims compare against)")
-    return load_scalings(cfg.scalings, cfg.factor)
-
-
 @register("passkey", "passkey retrieval grid (lengths x depths) under RoPE scalings, zero-shot, on a real model",
           PasskeyConfig, quick={"lengths": (1024, 2048), "depths": (0.0, 1.0), "samples": 1,
                                 "scalings": ("none", "ntk")}, demo=False)
 def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
-    scalings = _scalings(cfg)
+    scalings = load_scalings(cfg.scalings, cfg.factor)
     trained, results = run_grid(cfg, scalings, ctx)
     claims = _passkey_claims(cfg, scalings, results, trained)
     summary = (f"{cfg.model} (trained context {trained}), factor {cfg.factor:g}; passkey accuracy by scaling: "
@@ -83,7 +82,7 @@ def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
           quick={"lengths": (1024, 2048), "depths": (0.0, 1.0), "samples": 1, "ppl_lengths": (512, 1024, 2048),
                  "windows": 1}, demo=False)
 def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
-    scalings = _scalings(cfg)
+    scalings = load_scalings(cfg.scalings, cfg.factor)
     model, tok = load_model(cfg.model, ctx.device)
     trained = model.config.max_position_embeddings
     within = [n for n in cfg.ppl_lengths if n <= trained]
