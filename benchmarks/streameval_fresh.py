@@ -7,6 +7,7 @@ forward and answered greedily -- once tokenised piece by piece as the stream is,
 model still fails, the task, not the streaming, is the limit.
 
     python benchmarks/streameval_fresh.py        # SmolLM2, the experiment's default stream; ~1 min on 2 CPU cores
+    python benchmarks/streameval_fresh.py --chat # the same in the model's chat template (streameval's chat=true)
 """
 from __future__ import annotations
 
@@ -23,16 +24,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--queries", type=int, default=10, help="the stream's first N queries")
+    ap.add_argument("--chat", action="store_true", help="lines and question a user turn, the answer the assistant's")
     args = ap.parse_args()
     model, tok = load_model(args.model)
-    pieces, stream = Pieces(tok), make_stream(StreamSpec(lines=160, query_every=4, distances=(3, 6, 12, 24, 48)))
+    pieces, stream = Pieces(tok, args.chat), make_stream(StreamSpec(lines=160, query_every=4, distances=(3, 6, 12, 24, 48)))
     right = {"pieces": 0, "one text": 0}
     for q in stream.queries[:args.queries]:
         by_piece = pieces.header + [i for n in range(q.at_line) for p in pieces.line(stream.keys[n], stream.values[n])
                                     for i in p] + pieces.query(q.key)
         text = HEADER + "".join(LINE.format(key=stream.keys[n], value=stream.values[n]) for n in range(q.at_line))
-        whole = pieces.header[:len(pieces.header) - len(pieces.ids(HEADER))] + pieces.ids(
-            text + QUESTION.format(key=q.key) + ANSWER.format(key=q.key))
+        whole = pieces.bos + pieces.ids(pieces.opening + text + QUESTION.format(key=q.key) + pieces.to_assistant
+                                        + ANSWER.format(key=q.key))
         for name, ids in (("pieces", by_piece), ("one text", whole)):
             with torch.no_grad():
                 out = model.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False)

@@ -41,6 +41,7 @@ def _same_answers(one, two):
     (["--set", "passkey_budget=12"], "passkey_budget"),
     (["--set", "positions=absolute"], "positions"),
     (["--set", "answer_tokens=0"], "answer_tokens"),
+    (["--set", "chat=true"], "has no chat template: use an instruction-tuned model or drop chat"),
 ])
 def test_bad_configs_are_one_line_and_exit_2(tmp_path, capsys, sets, message):
     save_hf(tmp_path / "m")

@@ -7,7 +7,8 @@ from attnlab.core.errors import ConfigError, UsageError
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 from attnlab.recall.decode import Pieces, check_budget, run_streameval, stream_tokens
-from attnlab.recall.streameval import LINE, StreamSpec, first_number, is_correct, make_stream
+from attnlab.recall.streameval import (ANSWER, HEADER, LINE, QUESTION, StreamSpec, first_number, is_correct,
+                                      make_stream)
 from tiny_models import tiny_llama
 
 SPEC = StreamSpec(lines=12, query_every=3, distances=(1, 4, 2), seed=3)
@@ -93,6 +94,36 @@ def test_h2o_reports_the_share_of_heads_that_kept_the_value(model, pieces):
     run = run_streameval(model, pieces, make_stream(SPEC), cache, answer_tokens=3)
     assert all(0.0 <= a.kept <= 1.0 for a in run.answers)
     assert any(a.token_distance > 160 for a in run.answers)
+
+
+CHATML = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>\n{% endfor %}"
+
+
+def test_a_chat_stream_is_the_conversation_the_template_renders(model):
+    """chat=true: lines and each question a user turn, each answer (from ANSWER on) the assistant's turn; the
+    tokens fed decode to exactly what the model's chat template renders for that conversation."""
+    from tiny_models import byte_tokenizer
+
+    tok = byte_tokenizer()
+    tok.chat_template = CHATML
+    stream = make_stream(SPEC)
+    run = run_streameval(model, Pieces(tok, chat=True), stream, None, answer_tokens=3)
+    turns, user, answers = [], HEADER, iter(run.answers)
+    for n in range(len(stream.keys)):
+        user += LINE.format(key=stream.keys[n], value=stream.values[n])
+        for q in [q for q in stream.queries if q.at_line == n + 1]:
+            turns += [{"role": "user", "content": user + QUESTION.format(key=q.key)},
+                      {"role": "assistant", "content": ANSWER.format(key=q.key) + next(answers).text}]
+            user = ""
+    rendered = tok.apply_chat_template(turns + [{"role": "user", "content": user}], tokenize=False)
+    fed = tok.decode(run.ids.tolist())
+    assert rendered == fed + "<|end|>\n"  # the stream stops inside its last user turn
+    assert len(run.answers) == len(stream.queries) > 0
+
+
+def test_chat_needs_a_chat_template(byte_tok):
+    with pytest.raises(UsageError, match="has no chat template"):
+        Pieces(byte_tok, chat=True)
 
 
 def test_bad_streams_and_budgets_are_one_clear_error(pieces):

@@ -40,23 +40,46 @@ class StreamEvalRun:
     kv_bytes: int  # bytes the cache held at the end
 
 
-class Pieces:
-    """Token ids of the format's pieces for one tokenizer (tokenised once each)."""
+def chat_turns(tokenizer) -> tuple[str, str, str]:
+    """The text the tokenizer's chat template puts (before the first user turn, between a user turn and the
+    assistant's, between the assistant's and the next user turn), found by rendering a three-turn conversation
+    with placeholder contents -- so any template (ChatML, Llama-2's [INST], ...) is read, none hard-coded."""
+    if not getattr(tokenizer, "chat_template", None):
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise UsageError(f"chat=true needs a chat (instruction) model, and {name} has no chat template: "
+                         "use an instruction-tuned model or drop chat")
+    u1, a1, u2 = "QQUSERONEQQ", "QQASSISTANTQQ", "QQUSERTWOQQ"
+    turns = [{"role": "user", "content": u1}, {"role": "assistant", "content": a1}, {"role": "user", "content": u2}]
+    text = tokenizer.apply_chat_template(turns, tokenize=False)
+    opening, rest = text.split(u1)
+    to_assistant, rest = rest.split(a1)
+    return opening, to_assistant, rest.split(u2)[0]
 
-    def __init__(self, tokenizer):
+
+class Pieces:
+    """Token ids of the format's pieces for one tokenizer (tokenised once each). ``chat``: the stream is a
+    conversation in the tokenizer's chat template -- lines and each question in a user turn, the answer (from
+    ``ANSWER`` on) the assistant's turn, then a new user turn goes on with the stream."""
+
+    def __init__(self, tokenizer, chat: bool = False):
         self.tok = tokenizer
-        self.header = bos_ids(tokenizer) + self.ids(HEADER)
-        self.answer_end = self.ids(ANSWER_END)
+        if chat:  # the template writes its own BOS, where it has one
+            self.bos, (self.opening, self.to_assistant, to_user) = [], chat_turns(tokenizer)
+            self.answer_end = self.ids(to_user)
+        else:
+            self.bos, self.opening, self.to_assistant = bos_ids(tokenizer), "", ""
+            self.answer_end = self.ids(ANSWER_END)
+        self.header = self.bos + self.ids(self.opening + HEADER)
 
     def ids(self, text: str) -> list[int]:
-        return self.tok(text, add_special_tokens=False)["input_ids"]
+        return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
 
     def line(self, key: str, value: int) -> tuple[list[int], list[int], list[int]]:
         """(head, value, tail) ids of one line."""
         return self.ids(LINE_HEAD.format(key=key)), self.ids(str(value)), self.ids(LINE_TAIL)
 
     def query(self, key: str) -> list[int]:
-        return self.ids(QUESTION.format(key=key)) + self.ids(ANSWER.format(key=key))
+        return self.ids(QUESTION.format(key=key)) + self.ids(self.to_assistant) + self.ids(ANSWER.format(key=key))
 
 
 def check_budget(pieces: Pieces, stream: Stream, budget: int | None, n_sink: int, answer_tokens: int) -> None:

@@ -46,6 +46,7 @@ class StreamEvalConfig:
     n_sink: int = 4
     answer_tokens: int = 6  # tokens the model writes per answer (a value has at most 5 digits, then ">")
     positions: str = "rolling"
+    chat: bool = False  # the stream as a conversation in the model's chat template (needs one)
     passkey_length: int = 768  # 0: no passkey
     passkey_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     passkey_budget: int = 256

@@ -33,7 +33,7 @@ def _cache(model, policy: str, budget: int | None, cfg):
 
 def stream_job(cfg, policy: str, budget: int | None, progress=None) -> dict:
     model, tok = _model(cfg.model)
-    pieces, stream = Pieces(tok), make_stream(cfg.spec)  # budgets checked once, by validate(), before any job
+    pieces, stream = Pieces(tok, cfg.chat), make_stream(cfg.spec)  # budgets checked once, by validate(), before any job
     run = run_streameval(model, pieces, stream, _cache(model, policy, budget, cfg), cfg.answer_tokens, progress)
     answers = [{**asdict(a.query), "distance": a.query.distance, "answer": a.text, "correct": a.correct,
                 "token_distance": a.token_distance, "kept": a.kept} for a in run.answers]
@@ -77,7 +77,7 @@ def validate(cfg) -> None:
     """Refuse, before any stream starts, budgets that cannot hold a query (or the passkey question) beside
     the sinks, and a passkey length too short for its protocol."""
     _, tok = _model(cfg.model)
-    pieces, stream = Pieces(tok), make_stream(cfg.spec)
+    pieces, stream = Pieces(tok, cfg.chat), make_stream(cfg.spec)  # chat without a template: refused here
     check_budget(pieces, stream, min(cfg.budgets), cfg.n_sink, cfg.answer_tokens)
     if cfg.passkey_length:
         prompts = PasskeyPrompts(tok)
