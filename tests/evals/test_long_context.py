@@ -270,6 +270,10 @@ def test_rope_experiments_state_their_claims(folder, tmp_path):
         argv += [a for k, v in sets.items() if name == "rope-zero-shot" or k in ("model", "lengths", "depths",
                                                                                  "samples") for a in ("--set", f"{k}={v}")]
         assert main(argv) == 0
-        claims = json.loads((out / "metrics.json").read_text())["claims"]
+        metrics = json.loads((out / "metrics.json").read_text())
+        claims = metrics["claims"]
         assert len(claims) == n_claims
+        per_prompt = {k: [r["correct"] for r in rows] for k, rows in metrics["passkey"].items()}
+        assert metrics["accuracy_by_scaling"] == {k: sum(v) / len(v) for k, v in per_prompt.items()}
+        assert metrics["accuracy"] == sum(map(sum, per_prompt.values())) / sum(map(len, per_prompt.values()))
         assert all({"measured", "expected", "tolerance", "holds"} <= set(c) for c in claims)

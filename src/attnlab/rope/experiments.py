@@ -49,6 +49,14 @@ class ZeroShotConfig(PasskeyConfig):
 NO_FINETUNE = ("ntk", "dynamic-ntk", "yarn")  # the scalings claimed to work without fine-tuning
 
 
+def _accuracy(results) -> dict:
+    """Scalars a sweep can tabulate and plot (``--metric accuracy``): the share of the grid's prompts answered
+    right, in all and per scaling."""
+    everything = [r.correct for rows in results.values() for r in rows]
+    return {"accuracy": float(np.mean(everything)),
+            "accuracy_by_scaling": {k: float(np.mean([r.correct for r in rows])) for k, rows in results.items()}}
+
+
 def _passkey_claims(cfg, scalings: list[RopeScaling], results, trained: int) -> list:
     longest = max(cfg.lengths)
     claims = []
@@ -74,7 +82,7 @@ def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
     claims = _passkey_claims(cfg, scalings, results, trained)
     summary = (f"{cfg.model} (trained context {trained}), factor {cfg.factor:g}; passkey accuracy by scaling: "
                + ", ".join(f"{k} {np.mean([r.correct for r in v]):.0%}" for k, v in results.items()) + ".")
-    return Result(claims, {"passkey": passkey_metrics(results)}, dict(FIGURE), summary)
+    return Result(claims, {"passkey": passkey_metrics(results), **_accuracy(results)}, dict(FIGURE), summary)
 
 
 @register("rope-zero-shot", "RoPE scalings without fine-tuning at 2x the trained window: passkey grid and "
@@ -119,6 +127,6 @@ def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
                + ". Passkey accuracy: " + ", ".join(f"{k} {np.mean([r.correct for r in v]):.0%}"
                                                     for k, v in results.items()) + ".")
     return Result(claims, {"ppl": {k: {str(n): p for n, p in v.items()} for k, v in ppl.items()},
-                           "passkey": passkey_metrics(results)},
+                           "passkey": passkey_metrics(results), **_accuracy(results)},
                   {"longppl.png": "sliding-window PPL (stride 256) against context length, one curve per scaling",
                    **FIGURE}, summary)
