@@ -105,3 +105,33 @@ def test_claims_are_tabulated_by_wording_not_by_position():
     assert "| 1 | done | 2/2 | 0.5 (holds) | 1 (holds) |  |" in text  # columns in the order first seen
     assert "| 3 | done | 3/3 | 0.25 (holds) | 0.9 (holds) | 0.75 (holds) |" in text
     assert text.endswith("1. entropy falls at 1/2\n2. sparse\n3. dips at 2\n")
+
+
+def _examples(text: str) -> list[list[str]]:
+    """The `attnlab sweep ...` command lines of a text, continuation lines joined, comments dropped."""
+    import shlex
+
+    joined = text.replace("\\\n", " ")
+    return [shlex.split(line.split("#")[0])[1:] for line in joined.splitlines() if line.strip().startswith("attnlab sweep")]
+
+
+@pytest.mark.parametrize("where", ["--help", "README.md"])
+def test_every_sweep_example_resolves_to_cells(where):
+    """Each example of `attnlab sweep --help` and of the README parses and every one of its cells resolves
+    (as the command checks before starting Ray): a wrong key or value in an example fails here."""
+    from pathlib import Path
+
+    from attnlab.cli import build_parser
+    from attnlab.experiments import runner
+    from attnlab.experiments.cli import parse_overrides
+    from attnlab.sweep.cli import EPILOG
+
+    text = EPILOG if where == "--help" else (Path(__file__).parents[2] / "README.md").read_text()
+    examples = _examples(text)
+    assert len(examples) >= 4
+    for argv in examples:
+        args = build_parser().parse_args(argv)
+        exp = registry.get(args.name)
+        g = make_grid(exp.name, exp.config_cls, args.grid, parse_overrides(args.overrides), args.seeds, args.quick)
+        for cell in g.cells():
+            runner.resolve_config(exp, cell.overrides, None, g.quick)

@@ -13,11 +13,11 @@ GROUP = "experiments"
 DATA_ENV = ("ATTNLAB_DATA", "ATTNLAB_CACHE", "HF_HOME")  # carried to the workers, so cells find what this shell finds
 
 EPILOG = """examples:
-  attnlab sweep scansnap-fig4 --grid eta=0.5,1,2 --seeds 4 --out runs/fig4-sweep
-  attnlab sweep passkey --grid "lengths=2048;4096;8192;16384" --grid scalings=none,pi,ntk,yarn \\
-      --set factor=2 --out runs/passkey-sweep                  # one cell per length x scaling
-  attnlab sweep streaming-ppl --grid budget=128,256,512 --grid n_sink=1,4 --metric ppl.dense --out runs/kv
-  attnlab sweep scansnap-fig4 --grid eta=0.5,1,2 --out runs/x --address auto   # an existing Ray cluster
+  attnlab sweep scansnap-fig4 --grid eta_z=0.5,1,2 --seeds 4 --out runs/fig4-sweep
+  attnlab sweep passkey --grid "lengths=2048;4096;8192;16384" --grid "scalings=none;pi;ntk;yarn" \\
+      --set factor=2 --metric accuracy --out runs/passkey-sweep   # one cell per length x scaling
+  attnlab sweep streaming-ppl --grid budget=128,256,512 --grid n_sink=2,4 --metric ppl.dense --out runs/kv
+  attnlab sweep scansnap-fig4 --grid eta_z=0.5,1,2 --out runs/x --address auto   # an existing Ray cluster
 
 A cell is `attnlab reproduce EXPERIMENT --set ...` for its grid values (its folder: DIR/cells/<cell>).
 Re-running the same command skips the cells already done and retries the failed ones; a killed sweep
