@@ -18,8 +18,8 @@ Two checks say what the shortcuts change:
   (``PolicyCache(start=...)``), so fp32 RoPE angles that far out are tested without streaming there.
 
     python benchmarks/million_tokens.py --out runs/million            # 1,048,576 tokens: ~3 h per policy here
-    python benchmarks/million_tokens.py --tokens 65536 --segment 8192 --samples 12 --out runs/million
-        # what benchmarks/README.md records (~45 min on 2 CPU cores)
+    python benchmarks/million_tokens.py --tokens 32768 --segment 4096 --samples 8 --check-tokens 2048 --out runs/million
+        # what benchmarks/README.md records (1,357 s on 2 CPU cores)
 """
 from __future__ import annotations
 

@@ -47,13 +47,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class PasskeyRun(PasskeyGrid):
-    """One ``attnlab passkey`` run: its flags, as the run's config."""
-
-    def __post_init__(self):
-        from attnlab.rope.compare import load_scalings
-
-        load_scalings(self.scalings, self.factor)  # unknown names, s < 1: refused before any work
-        super().__post_init__()
+    """One ``attnlab passkey`` run: its flags, as the run's config (checked by :class:`PasskeyGrid`)."""
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,10 @@ def _passkey_claims(cfg, scalings: list[RopeScaling], results, trained: int) -> 
 def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
     scalings = load_scalings(cfg.scalings, cfg.factor)
     trained, results = run_grid(cfg, scalings, ctx)
-    claims = _passkey_claims(cfg, scalings, results, trained)
+    claims, accuracy = _passkey_claims(cfg, scalings, results, trained), _accuracy(results)
     summary = (f"{cfg.model} (trained context {trained}), factor {cfg.factor:g}; passkey accuracy by scaling: "
-               + ", ".join(f"{k} {np.mean([r.correct for r in v]):.0%}" for k, v in results.items()) + ".")
-    return Result(claims, {"passkey": passkey_metrics(results), **_accuracy(results)}, dict(FIGURE), summary)
+               + ", ".join(f"{k} {a:.0%}" for k, a in accuracy["accuracy_by_scaling"].items()) + ".")
+    return Result(claims, {"passkey": passkey_metrics(results), **accuracy}, dict(FIGURE), summary)
 
 
 @register("rope-zero-shot", "RoPE scalings without fine-tuning at 2x the trained window: passkey grid and "
@@ -102,6 +102,7 @@ def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
     curves = longppl_by_scaling(model, ids, scalings, list(cfg.ppl_lengths), cfg.stride, cfg.windows, ctx)
     results = passkey_by_scaling(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed),
                                  ctx)
+    accuracy = _accuracy(results)
     ppl = {k: {n: c.ppl(n) for n in c.lengths} for k, c in curves.items()}
     label = {s.name: s.describe() for s in scalings}
     base = ppl[label["none"]][ref]
@@ -124,9 +125,9 @@ def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
     passkey_figure(ctx, results, trained)
     summary = (f"{cfg.model} (trained context {trained}), factor {cfg.factor:g}, text {cfg.text}. PPL at "
                f"{ref} / {longest} tokens: " + ", ".join(f"{k} {v[ref]:.2f} / {v[longest]:.2f}" for k, v in ppl.items())
-               + ". Passkey accuracy: " + ", ".join(f"{k} {np.mean([r.correct for r in v]):.0%}"
-                                                    for k, v in results.items()) + ".")
+               + ". Passkey accuracy: " + ", ".join(f"{k} {a:.0%}" for k, a in accuracy["accuracy_by_scaling"].items())
+               + ".")
     return Result(claims, {"ppl": {k: {str(n): p for n, p in v.items()} for k, v in ppl.items()},
-                           "passkey": passkey_metrics(results), **_accuracy(results)},
+                           "passkey": passkey_metrics(results), **accuracy},
                   {"longppl.png": "sliding-window PPL (stride 256) against context length, one curve per scaling",
                    **FIGURE}, summary)

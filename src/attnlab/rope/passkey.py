@@ -23,11 +23,10 @@ class PasskeyGrid:
 
     def __post_init__(self):
         from attnlab.evals.passkey import check_grid
-        from attnlab.rope.scalings import make_scaling
+        from attnlab.rope.compare import load_scalings
 
+        load_scalings(self.scalings, self.factor)  # unknown names and factors < 1 refused with the config
         check_grid(self.lengths, self.depths, self.samples)
-        for name in self.scalings:  # unknown names and factors < 1 refused with the config, before any run
-            make_scaling(name, 1.0 if name == "none" else self.factor)
 
 
 def run_grid(cfg: PasskeyGrid, scalings: list, ctx) -> tuple[int, dict]:
