@@ -17,9 +17,14 @@ Two checks say what the shortcuts change:
   kept keys; the same ``--check-tokens`` tokens are streamed as if met at position ``--tokens``
   (``PolicyCache(start=...)``), so fp32 RoPE angles that far out are tested without streaming there.
 
-    python benchmarks/million_tokens.py --out runs/million            # 1,048,576 tokens: ~3 h per policy here
+Segments go one at a time through every policy and the control, and after each one the caches, the rows
+and the report are saved in ``--out`` (``PolicyCache.state_dict``): a run stopped there (Ctrl-C, kill, the
+end of a session) resumes from its last finished segment with the same command, bit for bit as if never
+stopped, and its report is always valid up to ``tokens_done``.
+
+    python benchmarks/million_tokens.py --out runs/million-1m         # 1,048,576 tokens: ~5.5 h on 2 AVX2 cores
     python benchmarks/million_tokens.py --tokens 32768 --segment 4096 --samples 8 --check-tokens 2048 --out runs/million
-        # what benchmarks/README.md records (1,357 s on 2 CPU cores)
+        # the scaled run benchmarks/README.md records (1,357 s on 2 CPU cores)
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from attnlab.evals.streaming import recompute_nll, stream_nll
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 
+CHECKPOINT = "checkpoint.pt"  # the caches and rows after the last finished segment
 TEXTS = "kjv/kjv.txt,war-and-peace/warpeace.txt,wikitext-2/test.txt,wikitext-2/valid.txt,tinyshakespeare/input.txt"
 
 
@@ -77,33 +83,28 @@ def policy_of(name: str, args):
     return make_policy(name, budget=args.budget, n_sink=4, recent=args.budget // 2 if name == "sinks+h2o" else None)
 
 
-def stream_segments(model, ids, name: str, args, bar) -> tuple[np.ndarray, list[dict]]:
-    """One policy over the whole stream, a segment at a time through one cache: NLL (T-1,) and per segment
-    its PPL, stored bytes, memory and seconds."""
-    cache = PolicyCache(model, policy_of(name, args), "rolling")
-    nll, rows = [], []
-    for a in range(0, len(ids) - 1, args.segment):
-        b = min(a + args.segment, len(ids) - 1)
-        r = stream_nll(model, ids[a:b + 1], cache, args.chunk, bar)  # scores tokens a+1..b
+def stream_segment(model, ids, a: int, b: int, caches: dict, args, bar) -> tuple[dict, dict]:
+    """Tokens a..b through every policy's cache (scoring a+1..b): per policy the NLL (b-a,) and a report row
+    (PPL, stored bytes, memory, seconds)."""
+    nll, rows = {}, {}
+    for name, cache in caches.items():
+        r = stream_nll(model, ids[a:b + 1], cache, args.chunk, bar)
         rss, peak = memory_mib()
-        nll.append(r.nll)
-        rows.append({"tokens": b, "ppl": r.ppl, "kv_bytes": cache.kv_bytes(), "stored": cache.stored(),
-                     "rss_mib": rss, "peak_rss_mib": peak, "seconds": r.seconds, "tokens_per_s": r.tokens_per_s})
-    return np.concatenate(nll), rows
+        nll[name] = r.nll
+        rows[name] = {"tokens": b, "ppl": r.ppl, "kv_bytes": cache.kv_bytes(), "stored": cache.stored(),
+                      "rss_mib": rss, "peak_rss_mib": peak, "seconds": r.seconds, "tokens_per_s": r.tokens_per_s}
+    return nll, rows
 
 
-def control(model, ids, nll: dict, args) -> list[dict]:
-    """Per segment: re-computation's PPL at sampled tokens, and each policy's at the same tokens."""
-    rng, rows = np.random.default_rng(args.seed), []
-    n = len(ids) - 1
-    with tqdm(total=args.samples * math.ceil(n / args.segment), desc="re-computation") as bar:
-        for a in range(0, n, args.segment):
-            lo, hi = max(a, args.budget), min(a + args.segment, n)
-            ts = np.sort(rng.choice(np.arange(lo, hi), min(args.samples, hi - lo), replace=False))
-            rec = recompute_nll(model, ids, args.budget, [int(t) for t in ts], bar).nll
-            rows.append({"tokens": hi, "positions": ts.tolist(), "recompute_ppl": math.exp(rec.mean()),
-                         **{f"{k}_ppl": math.exp(v[ts].mean()) for k, v in nll.items()}})
-    return rows
+def control(model, ids, a: int, b: int, nll: dict, args, bar) -> dict:
+    """Re-computation's PPL at tokens sampled in a..b (its own seed per segment, so a resumed run samples the
+    same), and each policy's PPL at the same tokens."""
+    rng = np.random.default_rng([args.seed, a])
+    lo = max(a, args.budget)
+    ts = np.sort(rng.choice(np.arange(lo, b), min(args.samples, b - lo), replace=False))
+    rec = recompute_nll(model, ids, args.budget, [int(t) for t in ts], bar).nll
+    return {"tokens": b, "positions": ts.tolist(), "recompute_ppl": math.exp(rec.mean()),
+            **{f"{k}_ppl": math.exp(v[ts - a].mean()) for k, v in nll.items()}}
 
 
 def checks(model, ids, args) -> dict:
@@ -135,7 +136,49 @@ def figure(policies: dict, ctrl: list[dict], path: Path) -> None:
     ax[2].set(xlabel="tokens streamed", ylabel="MiB", title="process memory (RSS)", ylim=(0, None))
     for a in ax:
         a.legend(fontsize=7)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
+    plt.close(fig)  # one figure per segment: don't keep them all
+
+
+def settings(args) -> dict:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
+
+
+def resume(args, model, ap) -> dict:
+    """The run's state: a fresh one, or the one saved in --out after its last finished segment."""
+    caches = {name: PolicyCache(model, policy_of(name, args), "rolling") for name in args.policies}
+    path = args.out / CHECKPOINT
+    if not path.exists():
+        return {"caches": caches, "done": 0, "seconds": 0.0, "processes": 0,
+                "policies": {name: [] for name in args.policies}, "control": []}
+    saved = torch.load(path, weights_only=False)
+    now = settings(args)
+    if saved["args"] != now:
+        diff = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in saved["args"].items() if now.get(k) != v)
+        ap.error(f"{args.out} holds a run with other settings: resume it with {diff}, or give a new --out")
+    for name, cache in caches.items():
+        cache.load_state_dict(saved["caches"][name])
+    print(f"resuming from token {saved['done']:,} of {args.tokens:,}")
+    return {**saved, "caches": caches}
+
+
+def report_of(state: dict, source: dict, args) -> dict:
+    """What million_tokens.json says: complete once the checks have run after the last segment."""
+    return {"args": settings(args), **source, "threads": torch.get_num_threads(), "tokens_done": state["done"],
+            "complete": "checks" in state, **{k: state[k] for k in ("seconds", "processes", "policies", "control")},
+            "checks": state.get("checks")}
+
+
+def save(state: dict, report: dict, args) -> None:
+    """Checkpoint, report and figure, each written aside and renamed: an interrupted run loses at most a segment."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    ckpt = {**state, "args": settings(args), "caches": {k: c.state_dict() for k, c in state["caches"].items()}}
+    torch.save(ckpt, args.out / (CHECKPOINT + ".tmp"))
+    os.replace(args.out / (CHECKPOINT + ".tmp"), args.out / CHECKPOINT)
+    (args.out / "million_tokens.json.tmp").write_text(json.dumps(report, indent=1))
+    os.replace(args.out / "million_tokens.json.tmp", args.out / "million_tokens.json")
+    figure(report["policies"], report["control"], args.out / "million_tokens.png.tmp")
+    os.replace(args.out / "million_tokens.png.tmp", args.out / "million_tokens.png")
 
 
 def main():
@@ -150,7 +193,7 @@ def main():
     ap.add_argument("--check-tokens", type=int, default=3072)
     ap.add_argument("--policies", default="sinks,sinks+h2o")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True, help="where the report goes; a run stopped there resumes")
     args = ap.parse_args()
     args.policies = args.policies.split(",")
     if not 0 < args.budget < args.check_tokens <= args.tokens or args.segment <= args.budget:
@@ -158,21 +201,26 @@ def main():
     t0 = time.perf_counter()
     model, tok = load_model(args.model)
     ids, source = corpus_ids(tok, args.texts.split(","), args.tokens + 1)
-    policies, nll = {}, {}
-    for name in args.policies:
-        with tqdm(total=len(ids) - 1, desc=name) as bar:
-            nll[name], policies[name] = stream_segments(model, ids, name, args, bar)
-    report = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, **source,
-              "threads": torch.get_num_threads(), "policies": policies, "control": control(model, ids, nll, args),
-              "checks": checks(model, ids, args)}
-    report["seconds"] = time.perf_counter() - t0
-    args.out.mkdir(parents=True, exist_ok=True)
-    tmp = args.out / "million_tokens.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1))
-    os.replace(tmp, args.out / "million_tokens.json")  # written aside, then renamed: never half a file
-    figure(policies, report["control"], args.out / "million_tokens.png")
-    print(json.dumps({k: report[k] for k in ("seconds", "repeated_tokens", "checks")}, indent=1))
-
+    state = resume(args, model, ap)
+    state["processes"] += 1
+    n, seconds = len(ids) - 1, state["seconds"]
+    with tqdm(total=n * len(args.policies), initial=state["done"] * len(args.policies), desc="stream") as bar:
+        for a in range(state["done"], n, args.segment):
+            b = min(a + args.segment, n)
+            nll, rows = stream_segment(model, ids, a, b, state["caches"], args, bar)
+            for name, row in rows.items():
+                state["policies"][name].append(row)
+            bar.set_description(f"re-computation, {args.samples} tokens")
+            state["control"].append(control(model, ids, a, b, nll, args, None))
+            bar.set_description("stream")
+            state["done"], state["seconds"] = b, seconds + time.perf_counter() - t0
+            save(state, report_of(state, source, args), args)
+    if "checks" not in state:
+        state["checks"] = checks(model, ids, args)
+    state["seconds"] = seconds + time.perf_counter() - t0
+    report = report_of(state, source, args)
+    save(state, report, args)
+    print(json.dumps({k: report[k] for k in ("seconds", "processes", "repeated_tokens", "checks")}, indent=1))
 
 if __name__ == "__main__":
     main()

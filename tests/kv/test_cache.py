@@ -1,4 +1,5 @@
 """The evicting KV cache on tiny random models of four architectures (no network, no GPU)."""
+import io
 import math
 
 import pytest
@@ -298,3 +299,23 @@ def test_a_stream_met_far_out_is_the_same_stream(tiny_models, arch, tokens):
         assert all(bool((p < 2).sum(-1).eq(2).all()) for p in kept[-1])  # the stream's own first tokens stay sinks
         if policy == "sinks":  # slots are stream indices either way: the same tokens kept
             assert all(torch.equal(a, b) for a, b in zip(kept[-1], kept_near[-1]))
+
+
+@pytest.mark.parametrize("arch", ROPE)
+@pytest.mark.parametrize("policy", ["sinks", "h2o", "sinks+h2o"])
+def test_a_saved_stream_resumes_exactly(tiny_models, arch, policy, tokens):
+    """Stop a stream after eviction has begun, save the cache through torch.save, load it into a fresh cache:
+    the rest of the stream gives the same logits, bit for bit, as the stream never stopped."""
+    model, half = tiny_models[arch], T // 2
+    whole, _ = _stream(model, PolicyCache(model, _policy(policy, 12), "rolling"), tokens)
+    first = PolicyCache(model, _policy(policy, 12), "rolling")
+    _stream(model, first, tokens[:, :half])
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    buf.seek(0)
+    resumed = PolicyCache(model, _policy(policy, 12), "rolling")
+    resumed.load_state_dict(torch.load(buf))
+    rest, _ = _stream(model, resumed, tokens[:, half:])
+    assert torch.equal(rest, whole[:, half:])
+    with pytest.raises(UsageError, match="same policy"):
+        PolicyCache(model, _policy(policy, 16), "rolling").load_state_dict(first.state_dict())

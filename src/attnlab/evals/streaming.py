@@ -87,7 +87,7 @@ def recompute_nll(model, ids: torch.Tensor, window: int, positions: range | None
     t0 = time.perf_counter()
     for i, t in enumerate(ts):
         ctx = ids[max(0, t + 1 - window): t + 1][None]
-        logits = model(ctx, use_cache=False).logits[0, -1].float()
+        logits = model(ctx, use_cache=False, logits_to_keep=1).logits[0, -1].float()  # the LM head on one row, not W
         nll[i] = -F.log_softmax(logits, -1)[ids[t + 1]].item()
         if progress is not None:
             progress.update(1)

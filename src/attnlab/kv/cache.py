@@ -41,6 +41,7 @@ from attnlab.models.rotary import RopeSpec, is_dynamic
 from attnlab.models.variants import sink_token_id
 
 POSITIONS = ("original", "rolling")
+SLOT_TENSORS = ("keys", "values", "pos", "valid", "score", "n_pad")  # what a layer stores per slot (and per row)
 
 
 class PolicyLayer(CacheLayerMixin):
@@ -129,7 +130,7 @@ class PolicyLayer(CacheLayerMixin):
 
     def _map_batch(self, fn) -> None:
         if self.is_initialized:
-            for name in ("keys", "values", "pos", "valid", "score", "n_pad"):
+            for name in SLOT_TENSORS:
                 t = getattr(self, name)
                 if t is not None:
                     setattr(self, name, fn(t))
@@ -142,6 +143,19 @@ class PolicyLayer(CacheLayerMixin):
 
     def batch_select_indices(self, indices):
         self._map_batch(lambda t: t[indices])
+
+    def state_dict(self) -> dict:
+        if not self.is_initialized:
+            return {"seen": self.seen}
+        return {"seen": self.seen, "any_pad": self.any_pad, **{k: getattr(self, k) for k in SLOT_TENSORS}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.reset()
+        if "keys" in state:
+            self.lazy_initialization(state["keys"], state["values"])
+            for k in SLOT_TENSORS + ("any_pad",):
+                setattr(self, k, state[k])
+        self.seen = state["seen"]
 
     # -- eviction --------------------------------------------------------------------------------
     def state(self) -> SlotState:
@@ -262,6 +276,21 @@ class PolicyCache(Cache):
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         return self.layers[layer_idx].update(key_states, value_states)
+
+    def state_dict(self) -> dict:
+        """What every layer stores and the stream's length. ``load_state_dict`` of it into a fresh cache
+        of the same model, policy and positions resumes the stream exactly where it stopped (``torch.save``
+        it to carry a long stream across processes)."""
+        return {"policy": self.policy.describe(), "positions": self.positions,
+                "layers": [layer.state_dict() for layer in self.layers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        saved = (state["policy"], state["positions"], len(state["layers"]))
+        if saved != (self.policy.describe(), self.positions, len(self.layers)):
+            raise UsageError(f"this cache state was saved from {saved[0]}, {saved[1]} positions, {saved[2]} layers; "
+                             "resume it into a cache of the same policy, positions and model")
+        for layer, s in zip(self.layers, state["layers"]):
+            layer.load_state_dict(s)
 
     def kv_bytes(self) -> int:
         """Bytes held by the stored keys and values, all layers."""
