@@ -41,7 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from attnlab.core.plotting import plt
-from attnlab.data.sources import read_corpus
+from attnlab.data.sources import CorpusNotFound, read_corpus
 from attnlab.evals.inputs import load_model
 from attnlab.evals.streaming import recompute_nll, stream_nll
 from attnlab.kv.cache import PolicyCache
@@ -200,7 +200,10 @@ def main():
         ap.error("need 0 < --budget < --check-tokens <= --tokens and --segment > --budget")
     t0 = time.perf_counter()
     model, tok = load_model(args.model)
-    ids, source = corpus_ids(tok, args.texts.split(","), args.tokens + 1)
+    try:
+        ids, source = corpus_ids(tok, args.texts.split(","), args.tokens + 1)
+    except CorpusNotFound as e:
+        ap.error(str(e))
     state = resume(args, model, ap)
     state["processes"] += 1
     n, seconds = len(ids) - 1, state["seconds"]
