@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import resource
 import time
 from pathlib import Path
@@ -102,8 +103,8 @@ def control(model, ids, a: int, b: int, nll: dict, args, bar) -> dict:
     rng = np.random.default_rng([args.seed, a])
     lo = max(a, args.budget)
     ts = np.sort(rng.choice(np.arange(lo, b), min(args.samples, b - lo), replace=False))
-    rec = recompute_nll(model, ids, args.budget, [int(t) for t in ts], bar).nll
-    return {"tokens": b, "positions": ts.tolist(), "recompute_ppl": math.exp(rec.mean()),
+    rec = recompute_nll(model, ids, args.budget, [int(t) for t in ts], bar)
+    return {"tokens": b, "positions": ts.tolist(), "recompute_ppl": rec.ppl, "seconds": rec.seconds,
             **{f"{k}_ppl": math.exp(v[ts - a].mean()) for k, v in nll.items()}}
 
 
@@ -149,7 +150,7 @@ def resume(args, model, ap) -> dict:
     caches = {name: PolicyCache(model, policy_of(name, args), "rolling") for name in args.policies}
     path = args.out / CHECKPOINT
     if not path.exists():
-        return {"caches": caches, "done": 0, "seconds": 0.0, "processes": 0,
+        return {"caches": caches, "done": 0, "seconds": 0.0, "history": [],
                 "policies": {name: [] for name in args.policies}, "control": []}
     saved = torch.load(path, weights_only=False)
     now = settings(args)
@@ -162,10 +163,20 @@ def resume(args, model, ap) -> dict:
     return {**saved, "caches": caches}
 
 
+def machine() -> str:
+    """This CPU as /proc names it: a run resumed elsewhere says where each stretch ran."""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                   if l.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or platform.machine()
+    return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+
+
 def report_of(state: dict, source: dict, args) -> dict:
     """What million_tokens.json says: complete once the checks have run after the last segment."""
-    return {"args": settings(args), **source, "threads": torch.get_num_threads(), "tokens_done": state["done"],
-            "complete": "checks" in state, **{k: state[k] for k in ("seconds", "processes", "policies", "control")},
+    return {"args": settings(args), **source, "tokens_done": state["done"],
+            "complete": "checks" in state, **{k: state[k] for k in ("seconds", "history", "policies", "control")},
             "checks": state.get("checks")}
 
 
@@ -205,7 +216,7 @@ def main():
     except CorpusNotFound as e:
         ap.error(str(e))
     state = resume(args, model, ap)
-    state["processes"] += 1
+    state["history"].append({"from_token": state["done"], "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")})
     n, seconds = len(ids) - 1, state["seconds"]
     with tqdm(total=n * len(args.policies), initial=state["done"] * len(args.policies), desc="stream") as bar:
         for a in range(state["done"], n, args.segment):
@@ -223,7 +234,7 @@ def main():
     state["seconds"] = seconds + time.perf_counter() - t0
     report = report_of(state, source, args)
     save(state, report, args)
-    print(json.dumps({k: report[k] for k in ("seconds", "processes", "repeated_tokens", "checks")}, indent=1))
+    print(json.dumps({k: report[k] for k in ("seconds", "history", "repeated_tokens", "checks")}, indent=1))
 
 if __name__ == "__main__":
     main()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -116,6 +117,7 @@ def cmd_sweep(args) -> int:
             bar.set_postfix(failed=len(failed))
             report.write(out, grid, args.metric, figure=False)  # current after every cell, even if killed next
 
+        stopped = {"signal": signal.SIGINT}  # a Ctrl-C before the `with` binds its own
         try:
             with engine.interruptible() as stopped:
                 engine.run_all(_jobs(args, exp, grid, todo, out), args.cpus_per_cell, on_done)
