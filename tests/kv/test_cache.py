@@ -317,5 +317,9 @@ def test_a_saved_stream_resumes_exactly(tiny_models, arch, policy, tokens):
     resumed.load_state_dict(torch.load(buf))
     rest, _ = _stream(model, resumed, tokens[:, half:])
     assert torch.equal(rest, whole[:, half:])
+    twin = PolicyCache(model, _policy(policy, 12), "rolling")
+    twin.load_state_dict(first.state_dict())  # without torch.save: the two must not share slots
+    for cache in (twin, first):
+        assert torch.equal(_stream(model, cache, tokens[:, half:])[0], whole[:, half:])
     with pytest.raises(UsageError, match="same policy"):
         PolicyCache(model, _policy(policy, 16), "rolling").load_state_dict(first.state_dict())

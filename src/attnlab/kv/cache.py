@@ -153,8 +153,9 @@ class PolicyLayer(CacheLayerMixin):
         self.reset()
         if "keys" in state:
             self.lazy_initialization(state["keys"], state["values"])
-            for k in SLOT_TENSORS + ("any_pad",):
-                setattr(self, k, state[k])
+            for k in SLOT_TENSORS:  # copies: steady decoding writes slots in place, the source must not change
+                setattr(self, k, None if state[k] is None else state[k].clone())
+            self.any_pad = state["any_pad"]
         self.seen = state["seen"]
 
     # -- eviction --------------------------------------------------------------------------------
