@@ -141,6 +141,24 @@ def figure(policies: dict, ctrl: list[dict], path: Path) -> None:
     plt.close(fig)  # one figure per segment: don't keep them all
 
 
+def table(report: dict) -> str:
+    """The report as a Markdown table, a row per segment: PPL per policy, the control on the sampled tokens
+    and each policy's ratio to it there, the stored bytes, and the process's RSS (one process streams every
+    policy, so RSS is the process's, not a policy's)."""
+    names = list(report["policies"])
+    head = (["tokens streamed"] + [f"{n} PPL" for n in names] + ["re-computation (sampled)"]
+            + [f"{n} / re-comp." for n in names] + ["KV MiB (" + " / ".join(names) + ")", "RSS MiB", "peak RSS MiB"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, c in enumerate(report["control"]):
+        rows = [report["policies"][n][i] for n in names]
+        cells = ([f"{c['tokens']:,}"] + [f"{r['ppl']:.2f}" for r in rows] + [f"{c['recompute_ppl']:.2f}"]
+                 + [f"{c[n + '_ppl'] / c['recompute_ppl']:.2f}" for n in names]
+                 + [" / ".join(f"{r['kv_bytes'] / 2**20:.0f}" for r in rows)]
+                 + [f"{max(r['rss_mib'] for r in rows):,.0f}", f"{max(r['peak_rss_mib'] for r in rows):,.0f}"])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def settings(args) -> dict:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
 
@@ -188,6 +206,8 @@ def save(state: dict, report: dict, args) -> None:
     os.replace(args.out / (CHECKPOINT + ".tmp"), args.out / CHECKPOINT)
     (args.out / "million_tokens.json.tmp").write_text(json.dumps(report, indent=1))
     os.replace(args.out / "million_tokens.json.tmp", args.out / "million_tokens.json")
+    (args.out / "million_tokens.md.tmp").write_text(table(report))
+    os.replace(args.out / "million_tokens.md.tmp", args.out / "million_tokens.md")
     figure(report["policies"], report["control"], args.out / "million_tokens.png.tmp")
     os.replace(args.out / "million_tokens.png.tmp", args.out / "million_tokens.png")
 
