@@ -29,6 +29,7 @@ stopped, and its report is always valid up to ``tokens_done``.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from attnlab.core.io import write_atomic, write_json
 from attnlab.core.plotting import plt
 from attnlab.data.sources import CorpusNotFound, read_corpus
 from attnlab.evals.inputs import load_model
@@ -122,7 +124,7 @@ def checks(model, ids, args) -> dict:
     return out
 
 
-def figure(policies: dict, ctrl: list[dict], path: Path) -> None:
+def figure(policies: dict, ctrl: list[dict], path) -> None:
     fig, ax = plt.subplots(1, 3, figsize=(15, 3.6), layout="constrained")
     x = [r["tokens"] for r in ctrl]
     ax[0].plot(x, [r["recompute_ppl"] for r in ctrl], "k-x", label="re-computation (sampled tokens)")
@@ -201,15 +203,14 @@ def report_of(state: dict, source: dict, args) -> dict:
 def save(state: dict, report: dict, args) -> None:
     """Checkpoint, report and figure, each written aside and renamed: an interrupted run loses at most a segment."""
     args.out.mkdir(parents=True, exist_ok=True)
-    ckpt = {**state, "args": settings(args), "caches": {k: c.state_dict() for k, c in state["caches"].items()}}
-    torch.save(ckpt, args.out / (CHECKPOINT + ".tmp"))
-    os.replace(args.out / (CHECKPOINT + ".tmp"), args.out / CHECKPOINT)
-    (args.out / "million_tokens.json.tmp").write_text(json.dumps(report, indent=1))
-    os.replace(args.out / "million_tokens.json.tmp", args.out / "million_tokens.json")
-    (args.out / "million_tokens.md.tmp").write_text(table(report))
-    os.replace(args.out / "million_tokens.md.tmp", args.out / "million_tokens.md")
-    figure(report["policies"], report["control"], args.out / "million_tokens.png.tmp")
-    os.replace(args.out / "million_tokens.png.tmp", args.out / "million_tokens.png")
+    ckpt, png = io.BytesIO(), io.BytesIO()
+    torch.save({**state, "args": settings(args), "caches": {k: c.state_dict() for k, c in state["caches"].items()}},
+               ckpt)
+    write_atomic(args.out / CHECKPOINT, ckpt.getvalue())
+    write_json(args.out / "million_tokens.json", report)
+    write_atomic(args.out / "million_tokens.md", table(report))
+    figure(report["policies"], report["control"], png)
+    write_atomic(args.out / "million_tokens.png", png.getvalue())
 
 
 def main():
