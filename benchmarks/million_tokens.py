@@ -29,6 +29,7 @@ stopped, and its report is always valid up to ``tokens_done``.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import io
 import json
 import math
@@ -72,14 +73,25 @@ def corpus_ids(tok, texts: list[str], tokens: int) -> tuple[torch.Tensor, dict]:
     return torch.tensor(ids[:tokens]), {"tokens_per_text": used, "repeated_tokens": max(0, tokens - unique)}
 
 
-def memory_mib() -> tuple[float, float]:
-    """(resident, peak resident) MiB of this process: /proc where there is one, else the peak twice."""
+def memory_mib() -> tuple[float, float, float]:
+    """(resident, peak resident, resident after malloc_trim) MiB of this process. glibc keeps freed memory for
+    reuse, so RSS drifts with fragmentation; after malloc_trim it is what the process really holds. Without
+    /proc: the peak three times; without glibc: no trim."""
     try:
-        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-        return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+        rss, peak = _proc_status()
     except (OSError, KeyError):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return peak, peak
+        return peak, peak, peak
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return rss, peak, rss
+    return rss, peak, _proc_status()[0]
+
+
+def _proc_status() -> tuple[float, float]:
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
 
 
 def policy_of(name: str, args):
@@ -92,10 +104,10 @@ def stream_segment(model, ids, a: int, b: int, caches: dict, args, bar) -> tuple
     nll, rows = {}, {}
     for name, cache in caches.items():
         r = stream_nll(model, ids[a:b + 1], cache, args.chunk, bar)
-        rss, peak = memory_mib()
+        rss, peak, trimmed = memory_mib()
         nll[name] = r.nll
         rows[name] = {"tokens": b, "ppl": r.ppl, "kv_bytes": cache.kv_bytes(), "stored": cache.stored(),
-                      "rss_mib": rss, "peak_rss_mib": peak, "seconds": r.seconds, "tokens_per_s": r.tokens_per_s}
+                      "rss_mib": rss, "peak_rss_mib": peak, "trimmed_rss_mib": trimmed, "seconds": r.seconds, "tokens_per_s": r.tokens_per_s}
     return nll, rows
 
 
@@ -134,6 +146,8 @@ def figure(policies: dict, ctrl: list[dict], path) -> None:
         ax[1].plot([r["tokens"] for r in rows], [r["kv_bytes"] / 2**20 for r in rows], "-o", label=name)
         ax[2].plot([r["tokens"] for r in rows], [r["peak_rss_mib"] for r in rows], "-o", label=f"{name}: peak")
         ax[2].plot([r["tokens"] for r in rows], [r["rss_mib"] for r in rows], ":", color=f"C{i}", label=f"{name}: now")
+        ax[2].plot([r["tokens"] for r in rows], [r.get("trimmed_rss_mib", math.nan) for r in rows], "--x", color=f"C{i}",
+                   label=f"{name}: after malloc_trim")
     ax[0].set(xlabel="tokens streamed", ylabel="PPL per segment", title="perplexity", yscale="log")
     ax[1].set(xlabel="tokens streamed", ylabel="KV cache (MiB)", title="stored keys and values", ylim=(0, None))
     ax[2].set(xlabel="tokens streamed", ylabel="MiB", title="process memory (RSS)", ylim=(0, None))
@@ -149,16 +163,20 @@ def table(report: dict) -> str:
     policy, so RSS is the process's, not a policy's)."""
     names = list(report["policies"])
     head = (["tokens streamed"] + [f"{n} PPL" for n in names] + ["re-computation (sampled)"]
-            + [f"{n} / re-comp." for n in names] + ["KV MiB (" + " / ".join(names) + ")", "RSS MiB", "peak RSS MiB"])
+            + [f"{n} / re-comp." for n in names] + ["KV MiB (" + " / ".join(names) + ")", "RSS MiB", "after malloc_trim", "peak RSS MiB"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, c in enumerate(report["control"]):
         rows = [report["policies"][n][i] for n in names]
         cells = ([f"{c['tokens']:,}"] + [f"{r['ppl']:.2f}" for r in rows] + [f"{c['recompute_ppl']:.2f}"]
                  + [f"{c[n + '_ppl'] / c['recompute_ppl']:.2f}" for n in names]
                  + [" / ".join(f"{r['kv_bytes'] / 2**20:.0f}" for r in rows)]
-                 + [f"{max(r['rss_mib'] for r in rows):,.0f}", f"{max(r['peak_rss_mib'] for r in rows):,.0f}"])
+                 + [_mib(max(r.get(k, math.nan) for r in rows)) for k in ("rss_mib", "trimmed_rss_mib", "peak_rss_mib")])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _mib(v: float) -> str:
+    return "not recorded" if math.isnan(v) else f"{v:,.0f}"
 
 
 def settings(args) -> dict:
@@ -203,10 +221,10 @@ def report_of(state: dict, source: dict, args) -> dict:
 def save(state: dict, report: dict, args) -> None:
     """Checkpoint, report and figure, each written aside and renamed: an interrupted run loses at most a segment."""
     args.out.mkdir(parents=True, exist_ok=True)
-    ckpt, png = io.BytesIO(), io.BytesIO()
+    tmp, png = args.out / (CHECKPOINT + ".tmp"), io.BytesIO()
     torch.save({**state, "args": settings(args), "caches": {k: c.state_dict() for k, c in state["caches"].items()}},
-               ckpt)
-    write_atomic(args.out / CHECKPOINT, ckpt.getvalue())
+               tmp)  # straight to disk: ~140 MiB in memory would show in the peak RSS this run measures
+    os.replace(tmp, args.out / CHECKPOINT)
     write_json(args.out / "million_tokens.json", report)
     write_atomic(args.out / "million_tokens.md", table(report))
     figure(report["policies"], report["control"], png)
