@@ -107,7 +107,8 @@ def stream_segment(model, ids, a: int, b: int, caches: dict, args, bar) -> tuple
         rss, peak, trimmed = memory_mib()
         nll[name] = r.nll
         rows[name] = {"tokens": b, "ppl": r.ppl, "kv_bytes": cache.kv_bytes(), "stored": cache.stored(),
-                      "rss_mib": rss, "peak_rss_mib": peak, "trimmed_rss_mib": trimmed, "seconds": r.seconds, "tokens_per_s": r.tokens_per_s}
+                      "rss_mib": rss, "peak_rss_mib": peak, "trimmed_rss_mib": trimmed,
+                      "seconds": r.seconds, "tokens_per_s": r.tokens_per_s}
     return nll, rows
 
 
@@ -146,8 +147,8 @@ def figure(policies: dict, ctrl: list[dict], path) -> None:
         ax[1].plot([r["tokens"] for r in rows], [r["kv_bytes"] / 2**20 for r in rows], "-o", label=name)
         ax[2].plot([r["tokens"] for r in rows], [r["peak_rss_mib"] for r in rows], "-o", label=f"{name}: peak")
         ax[2].plot([r["tokens"] for r in rows], [r["rss_mib"] for r in rows], ":", color=f"C{i}", label=f"{name}: now")
-        ax[2].plot([r["tokens"] for r in rows], [r.get("trimmed_rss_mib", math.nan) for r in rows], "--x", color=f"C{i}",
-                   label=f"{name}: after malloc_trim")
+        ax[2].plot([r["tokens"] for r in rows], [r.get("trimmed_rss_mib", math.nan) for r in rows], "--x",
+                   color=f"C{i}", label=f"{name}: after malloc_trim")
     ax[0].set(xlabel="tokens streamed", ylabel="PPL per segment", title="perplexity", yscale="log")
     ax[1].set(xlabel="tokens streamed", ylabel="KV cache (MiB)", title="stored keys and values", ylim=(0, None))
     ax[2].set(xlabel="tokens streamed", ylabel="MiB", title="process memory (RSS)", ylim=(0, None))
@@ -163,7 +164,8 @@ def table(report: dict) -> str:
     policy, so RSS is the process's, not a policy's)."""
     names = list(report["policies"])
     head = (["tokens streamed"] + [f"{n} PPL" for n in names] + ["re-computation (sampled)"]
-            + [f"{n} / re-comp." for n in names] + ["KV MiB (" + " / ".join(names) + ")", "RSS MiB", "after malloc_trim", "peak RSS MiB"])
+            + [f"{n} / re-comp." for n in names]
+            + ["KV MiB (" + " / ".join(names) + ")", "RSS MiB", "after malloc_trim", "peak RSS MiB"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, c in enumerate(report["control"]):
         rows = [report["policies"][n][i] for n in names]
@@ -255,7 +257,8 @@ def main():
     except CorpusNotFound as e:
         ap.error(str(e))
     state = resume(args, model, ap)
-    state["history"].append({"from_token": state["done"], "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")})
+    state["history"].append({"from_token": state["done"], "machine": machine(),
+                             "date": time.strftime("%Y-%m-%d %H:%M")})
     n, seconds = len(ids) - 1, state["seconds"]
     with tqdm(total=n * len(args.policies), initial=state["done"] * len(args.policies), desc="stream") as bar:
         for a in range(state["done"], n, args.segment):
