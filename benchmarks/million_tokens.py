@@ -192,7 +192,11 @@ def resume(args, model, ap) -> dict:
     if not path.exists():
         return {"caches": caches, "done": 0, "seconds": 0.0, "history": [],
                 "policies": {name: [] for name in args.policies}, "control": []}
-    saved = torch.load(path, weights_only=False)
+    try:
+        saved = torch.load(path, weights_only=False)
+    except Exception as e:  # a truncated or foreign file: say so, touch nothing
+        ap.error(f"{path} is not a readable checkpoint ({type(e).__name__}): move it away to start over, "
+                 "or give a new --out")
     now = settings(args)
     if saved["args"] != now:
         diff = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in saved["args"].items() if now.get(k) != v)

@@ -323,3 +323,5 @@ def test_a_saved_stream_resumes_exactly(tiny_models, arch, policy, tokens):
         assert torch.equal(_stream(model, cache, tokens[:, half:])[0], whole[:, half:])
     with pytest.raises(UsageError, match="same policy"):
         PolicyCache(model, _policy(policy, 16), "rolling").load_state_dict(first.state_dict())
+    with pytest.raises(UsageError, match="not a cache state"):
+        PolicyCache(model, _policy(policy, 12), "rolling").load_state_dict({"keys": torch.zeros(1)})

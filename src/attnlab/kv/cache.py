@@ -110,6 +110,8 @@ class PolicyCache(Cache):
                 "layers": [layer.state_dict() for layer in self.layers]}
 
     def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or not {"policy", "positions", "layers"} <= state.keys():
+            raise UsageError("not a cache state: give what PolicyCache.state_dict() returned (or torch.load of it)")
         saved = (state["policy"], state["positions"], len(state["layers"]))
         if saved != (self.policy.describe(), self.positions, len(self.layers)):
             raise UsageError(f"this cache state was saved from {saved[0]}, {saved[1]} positions, {saved[2]} layers; "
