@@ -120,7 +120,8 @@ def run_sparsity(cfg: SparsityRun, ctx) -> Result:
     """Dense vs sparse perplexity, the sparse run's per-layer profile, cosine and token overlap."""
     from contextlib import ExitStack
 
-    from attnlab.sparsity.measure import dense_stats, layer_profile, load_texts, perplexity
+    from attnlab.sparsity.measure import layer_profile, load_texts, perplexity
+    from attnlab.sparsity.similarity import dense_stats
     from attnlab.sparsity.heads import SparseHeads
     from attnlab.sparsity.mlp import SparseMLP
     from attnlab.sparsity.record import SparsityRecord

@@ -25,7 +25,8 @@ from attnlab.core.errors import ConfigError
 from attnlab.data.sources import read_corpus
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.sparsity.measure import consecutive_overlap, layer_profile, perplexity
+from attnlab.sparsity.measure import layer_profile, perplexity
+from attnlab.sparsity.similarity import consecutive_overlap
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.plots import relu_figure
 from attnlab.sparsity.record import SparsityRecord

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.sparsity.measure import dense_stats, layer_profile, load_texts, perplexity, rule_builder
+from attnlab.sparsity.measure import layer_profile, load_texts, perplexity, rule_builder
+from attnlab.sparsity.similarity import dense_stats
 from attnlab.sparsity.heads import SparseHeads
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.record import SparsityRecord
