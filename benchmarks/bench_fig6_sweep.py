@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
 import time
@@ -33,6 +32,8 @@ from torch import nn
 from attnlab.theory.scansnap.data import SeqClassConfig, SeqClassDistribution
 from attnlab.theory.scansnap.population import distinct_entropy
 from attnlab.theory.scansnap.train import SGDConfig, lr_grid, train_sweep
+
+from host import machine  # benchmarks/host.py
 
 NUM_LAST = (1, 3, 5, 10)
 ETA_Z = (0.5, 1.0, 2.0, 3.0)
@@ -110,8 +111,7 @@ def main() -> None:
     # agreement: each naive run against the spread of attnlab's 10 seeds in the same cell
     zs = [abs(e - statistics.mean(fast_cells[k])) / statistics.stdev(fast_cells[k]) for k, v in naive_ent.items() for e in v]
     out = {
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
-        "torch": torch.__version__,
+        "machine": machine(),
         "runs": len(all_runs),
         "attnlab_sweep_s": round(fast_s, 2),
         "attnlab_per_run_amortised_s": round(fast_s / len(all_runs), 4),

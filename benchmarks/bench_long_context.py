@@ -12,7 +12,6 @@ process's maximum resident set after each length.
 from __future__ import annotations
 
 import argparse
-import resource
 import time
 
 import torch
@@ -21,6 +20,8 @@ from attnlab.evals.inputs import text_ids
 from attnlab.evals.longppl import scored_nll
 from attnlab.models.pretrained import load_model_and_tokenizer
 from attnlab.evals.passkey import PasskeyPrompts, passkey_cases, retrieve
+
+from host import peak_rss_mib  # benchmarks/host.py
 
 
 def _sync(device):
@@ -56,7 +57,7 @@ def main():
             scored_nll(model, ids[:n], torch.arange(n - 256, n))
             _sync(args.device)
             t_ppl = time.perf_counter() - t0
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        rss = peak_rss_mib() / 1024  # GiB
         print(f"| {n} | {t_cell:.1f} s | {t_ppl:.1f} s | {rss:.1f} |", flush=True)
 
 

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
 
+from host import peak_rss_mib  # benchmarks/host.py
+
 ATTENTION_PROBES = ("sinks", "heavy-hitters")
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 def child(args) -> dict:
@@ -45,13 +42,13 @@ def child(args) -> dict:
     probes = make_probes(names)
     with torch.no_grad():  # the weights may be memory-mapped: touch them all, so the floor counts them
         model(ids[None, :8])
-    floor = peak_rss_mb()
+    floor = peak_rss_mib()
     t0 = time.perf_counter()
     stream(model, ids, probes, args.chunk)
     seconds = time.perf_counter() - t0
     for p in probes:
         p.result()
-    peak = peak_rss_mb()
+    peak = peak_rss_mib()
     return {"tokens": int(ids.numel()), "chunk": args.chunk, "probes": names, "threads": torch.get_num_threads(),
             "seconds": round(seconds, 2), "tokens_per_s": round(ids.numel() / seconds, 1),
             "rss_floor_mb": round(floor), "peak_rss_mb": round(peak), "stream_added_mb": round(peak - floor)}

@@ -29,13 +29,10 @@ stopped, and its report is always valid up to ``tokens_done``.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import io
 import json
 import math
 import os
-import platform
-import resource
 import time
 from pathlib import Path
 
@@ -50,6 +47,8 @@ from attnlab.evals.inputs import load_model
 from attnlab.evals.streaming import recompute_nll, stream_nll
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
+
+from host import machine, memory_mib  # benchmarks/host.py
 
 CHECKPOINT = "checkpoint.pt"  # the caches and rows after the last finished segment
 TEXTS = "kjv/kjv.txt,war-and-peace/warpeace.txt,wikitext-2/test.txt,wikitext-2/valid.txt,tinyshakespeare/input.txt"
@@ -71,27 +70,6 @@ def corpus_ids(tok, texts: list[str], tokens: int) -> tuple[torch.Tensor, dict]:
     while len(ids) < tokens:
         ids += ids[:min(unique, tokens - len(ids))]
     return torch.tensor(ids[:tokens]), {"tokens_per_text": used, "repeated_tokens": max(0, tokens - unique)}
-
-
-def memory_mib() -> tuple[float, float, float]:
-    """(resident, peak resident, resident after malloc_trim) MiB of this process. glibc keeps freed memory for
-    reuse, so RSS drifts with fragmentation; after malloc_trim it is what the process really holds. Without
-    /proc: the peak three times; without glibc: no trim."""
-    try:
-        rss, peak = _proc_status()
-    except (OSError, KeyError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return peak, peak, peak
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        return rss, peak, rss
-    return rss, peak, _proc_status()[0]
-
-
-def _proc_status() -> tuple[float, float]:
-    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
 
 
 def policy_of(name: str, args):
@@ -205,16 +183,6 @@ def resume(args, model, ap) -> dict:
         cache.load_state_dict(saved["caches"][name])
     print(f"resuming from token {saved['done']:,} of {args.tokens:,}")
     return {**saved, "caches": caches}
-
-
-def machine() -> str:
-    """This CPU as /proc names it: a run resumed elsewhere says where each stretch ran."""
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                   if l.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
-    return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
 
 
 def report_of(state: dict, source: dict, args) -> dict:

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 from attnlab import cli
 from attnlab.experiments.registry import load_all
+
+from host import machine  # benchmarks/host.py
 
 
 def main(argv=None) -> int:
@@ -31,7 +30,7 @@ def main(argv=None) -> int:
     modes = args.modes.split(",")
     if unknown or not set(modes) <= {"full", "quick"}:
         p.error(f"unknown experiment(s) {unknown} or modes {modes}: see `attnlab reproduce --list`")
-    print(f"# {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}", file=sys.stderr)
+    print(f"# {machine()}", file=sys.stderr)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.names:
