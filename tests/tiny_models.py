@@ -8,6 +8,8 @@ import torch
 from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
                           LlamaForCausalLM, OPTConfig, OPTForCausalLM, PreTrainedTokenizerFast)
 
+from attnlab.models.trace import Trace
+
 V = 64  # vocabulary of the default tiny models
 
 CONFIGS = {
@@ -24,6 +26,19 @@ CONFIGS = {
 }
 ARCHS = tuple(CONFIGS)
 ROPE_ARCHS = ("llama", "gpt_neox")
+
+
+def random_ids(n: int, seed: int = 0, vocab: int = V) -> torch.Tensor:
+    """(n,) token ids drawn uniformly from a seeded generator (the global RNG untouched)."""
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def traced(model, ids: torch.Tensor, names):
+    """The Trace of ``names`` after one forward of ``ids`` (T,) as a batch of one."""
+    with Trace(model, names) as tr:
+        model(ids[None])
+    return tr
 
 
 def tiny(arch: str, seed: int | None = 0, **config_overrides):

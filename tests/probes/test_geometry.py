@@ -8,22 +8,10 @@ import torch.nn.functional as F
 
 from attnlab.core.errors import UsageError
 from attnlab.core.metrics import attention_entropy
-from attnlab.models.trace import Trace
 from attnlab.probes.base import PROBES
 from attnlab.probes.geometry import OrthogonalityProbe, SimilarityProbe, random_mean_abs_cos
 from attnlab.probes.stream import stream
-from tiny_models import V
-
-
-def _ids(n, seed=0):
-    return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed))
-
-
-@torch.no_grad()
-def _trace(model, ids, names):
-    with Trace(model, names) as tr:
-        model(ids[None])
-    return tr
+from tiny_models import random_ids, traced
 
 
 class _Ctx:
@@ -37,14 +25,14 @@ class _Ctx:
 
 @pytest.mark.parametrize("arch_name", ["llama", "gpt2"])
 def test_similarity_equals_the_trace_and_core_entropy_by_hand(tiny_models, arch_name, tmp_path):
-    model, ids = tiny_models[arch_name], _ids(40, 1)
+    model, ids = tiny_models[arch_name], random_ids(40, 1)
     impl, params = model.config._attn_implementation, [p.clone() for p in model.parameters()]
     probe = SimilarityProbe()
     stream(model, ids, [probe], chunk=16)  # chunks of 16, 16, 8 with the cache
     m = probe.result()
     assert model.config._attn_implementation == impl  # the model is unchanged after the stream
     assert all(torch.equal(p, q) for p, q in zip(params, model.parameters()))
-    tr = _trace(model, ids, ["blocks.*.resid_pre", "blocks.*.resid_post", "blocks.*.attn.pattern"])
+    tr = traced(model, ids, ["blocks.*.resid_pre", "blocks.*.resid_post", "blocks.*.attn.pattern"])
     for i in range(2):
         cos = F.cosine_similarity(tr[f"blocks.{i}.resid_pre"][0], tr[f"blocks.{i}.resid_post"][0], dim=-1)  # (40,)
         assert m["cosine"][i] == pytest.approx(float(cos.mean()), abs=1e-5)
@@ -62,7 +50,7 @@ def test_similarity_equals_the_trace_and_core_entropy_by_hand(tiny_models, arch_
 
 def test_orthogonality_cosines_equal_a_hand_computation_on_the_sampled_pairs(tiny_models, tmp_path):
     model = tiny_models["llama"]
-    ids = _ids(48, 2)
+    ids = random_ids(48, 2)
     ids[5:9] = 7  # repeated tokens: their pairs must never be sampled
     probe = OrthogonalityProbe(pairs=8, max_pairs=20, baseline=512)
     stream(model, ids, [probe], chunk=16)
@@ -72,7 +60,7 @@ def test_orthogonality_cosines_equal_a_hand_computation_on_the_sampled_pairs(tin
     assert (pairs > 0).all() and (pairs[:, 0] != pairs[:, 1]).all()  # never the sink, never a token with itself
     assert (ids[pairs[:, 0]] != ids[pairs[:, 1]]).all()  # distinct tokens
     assert (pairs[:, 0] // 16 == pairs[:, 1] // 16).all()  # both in one chunk
-    tr = _trace(model, ids, ["embed", "blocks.*.resid_post"])
+    tr = traced(model, ids, ["embed", "blocks.*.resid_post"])
     assert m["layers"] == ["embed", "blocks.0.resid_post", "blocks.1.resid_post"]
     q = torch.tensor(m["quantiles"])
     for j, name in enumerate(m["layers"]):
@@ -108,4 +96,4 @@ def test_random_baseline_cosines_have_spread_one_over_sqrt_d(d):
 def test_geometry_probes_are_registered_and_refuse_a_too_short_text(tiny_models):
     assert PROBES.get("similarity") is SimilarityProbe and PROBES.get("orthogonality") is OrthogonalityProbe
     with pytest.raises(UsageError, match="at least 3 tokens"):
-        stream(tiny_models["llama"], _ids(2), [OrthogonalityProbe()])
+        stream(tiny_models["llama"], random_ids(2), [OrthogonalityProbe()])

@@ -7,14 +7,9 @@ import torch.nn.functional as F
 
 from attnlab.core.errors import ConfigError
 from attnlab.models import arch
-from attnlab.models.trace import Trace
 from attnlab.sparsity import measure
 from attnlab.sparsity.rules import magnitude_threshold
-from tiny_models import V, save_hf
-
-
-def _ids(n, seed=0, vocab=V):
-    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+from tiny_models import random_ids, save_hf, traced
 
 
 @torch.no_grad()
@@ -22,13 +17,6 @@ def _nll(model, ids, scored):
     """NLL (len(scored),) of ids[t] given ids[:t] for t in ``scored`` (positions in this window), by hand."""
     logp = F.log_softmax(model(ids[None]).logits[0].double(), -1)  # (W, V)
     return torch.stack([-logp[t - 1, ids[t]] for t in scored])
-
-
-@torch.no_grad()
-def _trace(model, ids, names):
-    with Trace(model, names) as tr:
-        model(ids[None])
-    return tr
 
 
 def test_spans_score_every_token_once_and_windows_never_exceed_their_length():
@@ -45,7 +33,7 @@ def test_spans_score_every_token_once_and_windows_never_exceed_their_length():
 
 
 def test_perplexity_is_exp_mean_nll_by_hand(tiny_models):
-    model, ids = tiny_models["llama"], _ids(50)
+    model, ids = tiny_models["llama"], random_ids(50)
     chunks = ids.split(16)  # non-overlapping windows of 16: score tokens 1.. of each
     by_hand = torch.cat([_nll(model, c, range(1, len(c))) for c in chunks])
     assert measure.perplexity(model, ids, window=16) == pytest.approx(math.exp(float(by_hand.mean())), rel=1e-5)
@@ -61,7 +49,7 @@ def test_perplexity_is_exp_mean_nll_by_hand(tiny_models):
 
 @pytest.mark.parametrize("arch_name", ["llama", "gpt2", "opt"])
 def test_calibrated_thresholds_keep_the_asked_share_of_calibration_entries(tiny_models, arch_name):
-    model, ids, keep = tiny_models[arch_name], _ids(96, 1), 0.3
+    model, ids, keep = tiny_models[arch_name], random_ids(96, 1), 0.3
     cats = measure.calibrate(model, ids, keep, "cats", window=32)
     teal_x, teal_h = measure.calibrate(model, ids, keep, "teal", window=32)
     n = arch.dims(model).n_layers
@@ -69,7 +57,7 @@ def test_calibrated_thresholds_keep_the_asked_share_of_calibration_entries(tiny_
     xs = {i: [] for i in range(n)}
     hs = {i: [] for i in range(n)}
     for c in ids.split(32):
-        tr = _trace(model, c, ["blocks.*.mlp.in", "blocks.*.mlp.post"])
+        tr = traced(model, c, ["blocks.*.mlp.in", "blocks.*.mlp.post"])
         for i in range(n):
             xs[i].append(tr[f"blocks.{i}.mlp.in"][0])
             hs[i].append(tr[f"blocks.{i}.mlp.post"][0])
@@ -92,10 +80,10 @@ def test_histogram_threshold_keeps_everything_when_the_crossing_is_among_zeros()
 
 
 def test_static_sets_are_the_top_mean_abs_h_neurons(tiny_models):
-    model, ids = tiny_models["gpt_neox"], _ids(64, 2)
+    model, ids = tiny_models["gpt_neox"], random_ids(64, 2)
     sets = measure.static_sets(model, ids, 0.25, window=32)
     for i in range(arch.dims(model).n_layers):
-        h = torch.cat([_trace(model, c, f"blocks.{i}.mlp.post")[f"blocks.{i}.mlp.post"][0] for c in ids.split(32)])
+        h = torch.cat([traced(model, c, f"blocks.{i}.mlp.post")[f"blocks.{i}.mlp.post"][0] for c in ids.split(32)])
         mean = h.abs().mean(0)  # (d_ff,)
         assert sets[i].tolist() == sorted(mean.topk(16).indices.tolist())  # 25% of 64 neurons
 
@@ -123,13 +111,13 @@ def test_layer_profile_reads_what_a_sparse_run_kept(tiny_models):
     from attnlab.sparsity.record import SparsityRecord
     from attnlab.sparsity.rules import Oracle
 
-    model, ids = tiny_models["llama"], _ids(32, 5)
+    model, ids = tiny_models["llama"], random_ids(32, 5)
     record = SparsityRecord()
     with SparseMLP(model, Oracle(0.5), record=record):
         measure.perplexity(model, ids, window=32)
     p = measure.layer_profile(record)
     assert p["kept"] == [0.5, 0.5] and p["overall_kept"] == 0.5 and "x_kept" not in p
-    h = _trace(model, ids, "blocks.0.mlp.post")["blocks.0.mlp.post"][0].abs()  # layer 0 sees the dense input
+    h = traced(model, ids, "blocks.0.mlp.post")["blocks.0.mlp.post"][0].abs()  # layer 0 sees the dense input
     top = h.topk(32, dim=-1).values.sum()
     assert p["mass"][0] == pytest.approx(float(top / h.sum()), rel=1e-5)
     teal = measure.calibration(model, ids, "teal", window=32).rule(0.5)

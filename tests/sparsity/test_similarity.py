@@ -4,29 +4,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.models.trace import Trace
 from attnlab.sparsity import measure, similarity
 from attnlab.sparsity.rules import topk_mask
-from tiny_models import V, tiny
-
-
-def _ids(n, seed=0, vocab=V):
-    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
-
-
-@torch.no_grad()
-def _trace(model, ids, names):
-    with Trace(model, names) as tr:
-        model(ids[None])
-    return tr
+from tiny_models import random_ids, tiny, traced
 
 
 def test_cross_layer_cosine_equals_the_trace_by_hand(tiny_models):
-    model, ids = tiny("llama", 3, num_hidden_layers=4), _ids(48, 3)
+    model, ids = tiny("llama", 3, num_hidden_layers=4), random_ids(48, 3)
     cos = similarity.cross_layer_cosine(model, ids, window=24)
     per_chunk = []
     for c in ids.split(24):
-        tr = _trace(model, c, ["blocks.*.resid_pre", "blocks.*.resid_post"])
+        tr = traced(model, c, ["blocks.*.resid_pre", "blocks.*.resid_post"])
         per_chunk.append(torch.stack([F.cosine_similarity(tr[f"blocks.{i}.resid_pre"][0],
                                                           tr[f"blocks.{i}.resid_post"][0], dim=-1)
                                       for i in range(4)]))  # (4, 24)
@@ -38,11 +26,11 @@ def test_cross_layer_cosine_equals_the_trace_by_hand(tiny_models):
 
 
 def test_consecutive_overlap_by_hand_and_at_its_extremes(tiny_models):
-    model, ids = tiny_models["llama"], _ids(40, 4)
+    model, ids = tiny_models["llama"], random_ids(40, 4)
     got = similarity.consecutive_overlap(model, ids, 0.5, window=20)
     shares = []
     for c in ids.split(20):
-        tr = _trace(model, c, "blocks.*.mlp.post")
+        tr = traced(model, c, "blocks.*.mlp.post")
         row = []
         for i in range(2):
             m = topk_mask(tr[f"blocks.{i}.mlp.post"][0].abs(), 0.5)  # (20, 64)
@@ -53,7 +41,7 @@ def test_consecutive_overlap_by_hand_and_at_its_extremes(tiny_models):
 
 @pytest.mark.parametrize("arch_name", ["llama", "gpt2"])
 def test_dense_stats_is_the_three_separate_measurements_in_one_pass(tiny_models, arch_name):
-    model, ids = tiny_models[arch_name], _ids(49, 3)  # windows of 24: the last holds one token, scores none
+    model, ids = tiny_models[arch_name], random_ids(49, 3)  # windows of 24: the last holds one token, scores none
     ppl, cos, overlap = similarity.dense_stats(model, ids, (0.5, 0.25), window=24)
     assert ppl == measure.perplexity(model, ids, window=24)
     assert torch.equal(cos.layer, similarity.cross_layer_cosine(model, ids, window=24).layer)
