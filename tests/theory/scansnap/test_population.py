@@ -142,7 +142,7 @@ def test_distinct_entropy_tracks_z_and_batches():
 
 # --------------------------------------------------------------------------- integrator
 def _euler(dist, Y, Z, eta_y, eta_z, t_report, h, normalize=True, residual=False):
-    out, t, k = [], 0.0, 0
+    out, k = [], 0
     steps = np.rint(np.asarray(t_report) / h).astype(int)
     for target in steps:
         while k < target:
