@@ -55,3 +55,13 @@ def test_import_contracts_hold():
     done = subprocess.run([str(exe) if exe.exists() else "lint-imports", "--no-cache"], cwd=SRC.parents[1],
                           capture_output=True, text=True)
     assert "Contracts:" in done.stdout and done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_help_loads_neither_pytorch_nor_transformers():
+    """`attnlab --help` and every command's parser build without importing PyTorch or transformers
+    (seconds on a small CPU): a capability's cli module imports heavy things inside its commands."""
+    probe = ("import sys\nfrom attnlab import cli\ncli.build_parser()\n"
+             "print(sorted({'torch', 'transformers', 'numpy'} & {m.split('.')[0] for m in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"building the parser imported {done.stdout.strip()}"

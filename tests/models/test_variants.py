@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from attnlab.core.attention import VARIANTS, eager_attention, sink_softmax
+from attnlab.core.attention import eager_attention, sink_softmax
+from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import UsageError
 from attnlab.core.metrics import position_norm_ratio, sink_importance, sink_rate
 from attnlab.evals.inputs import with_sink

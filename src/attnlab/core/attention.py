@@ -2,7 +2,7 @@
 
 Softmax makes every row sum to 1, so a query with nothing to attend to must still put its mass
 somewhere: the first tokens, seen by every later query, become sinks (Xiao et al. 2024; Gu et al.
-2025). The variants the sinks-from-scratch study trains (:data:`VARIANTS`):
+2025). The variants the sinks-from-scratch study trains (:data:`attnlab.core.variant_names.VARIANTS`):
 
 - ``softmax``     vanilla: exp(x_i) / Σ_j exp(x_j).
 - ``softmax1``    off-by-one (Miller's SoftMax₁, StreamingLLM's "zero sink"): exp(x_i) / (1 + Σ_j exp(x_j)),
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import torch
 
-VARIANTS = ("softmax", "softmax1", "sink-logit", "gated", "sink-token")
 JOINED_LOGIT = ("softmax1", "sink-logit")  # the variants whose normaliser has an extra logit per head
 
 

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import torch
-
 from attnlab import __version__
 from attnlab.core.errors import UsageError
 from attnlab.core.io import NotPlaced, staged_dir, write_atomic, write_json
@@ -60,9 +58,17 @@ def command_line(argv: list[str]) -> str:
     return "attnlab " + " ".join(shlex.quote(str(a)) for a in argv)
 
 
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
 def check_device(device: str) -> str:
     if device not in ("cpu", "cuda"):
         raise UsageError(f"--device {device}: use cpu or cuda")
+    import torch  # here, not at the top: `attnlab --help` need not load PyTorch
+
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is visible to PyTorch; use --device cpu")
     return device
@@ -131,7 +137,7 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
         "claim_counts": counts,
         "seconds": round(seconds, 3),
         "attnlab_version": __version__,
-        "torch_version": torch.__version__,
+        "torch_version": _torch_version(),
         **result.metrics,
     }
     write_json(run_dir / "config.json", config)

@@ -21,7 +21,7 @@ from transformers.activations import ACT2FN
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
-from attnlab.core.attention import VARIANTS
+from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import ConfigError, UsageError, first_line
 from attnlab.core.io import staged_dir
 from attnlab.core.metrics import position_norm_ratio
@@ -37,7 +37,7 @@ class LlamaLMConfig:
 
     The MLP is down(act(gate(x)) * up(x)); ``act`` is transformers' ``hidden_act``: "silu" (SwiGLU,
     SmolLM2's), "relu" (exact zeros wherever gate(x) < 0: the naturally sparse setting of Deja Vu's
-    OPT models) or "gelu" (GeGLU). ``attention`` is one of :data:`attnlab.core.attention.VARIANTS`;
+    OPT models) or "gelu" (GeGLU). ``attention`` is one of :data:`attnlab.core.variant_names.VARIANTS`;
     a ``sink-token`` model's sink is the id ``sink_token_id`` (a vocabulary entry of its own)."""
 
     vocab_size: int

@@ -1,5 +1,5 @@
-"""The training lab's Llama with an attention variant (:data:`attnlab.core.attention.VARIANTS`), as a
-transformers model that saves and reloads with it.
+"""The training lab's Llama with an attention variant (one of :mod:`attnlab.core.variant_names`), as
+a transformers model that saves and reloads with it.
 
 ``attnlab_llama`` is a Llama whose config carries ``attention_variant`` (and, for ``sink-token``,
 ``sink_token_id``), registered with ``AutoConfig`` and ``AutoModelForCausalLM`` when this module is
@@ -23,7 +23,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.llama.modeling_llama import LlamaAttention, apply_rotary_pos_emb
 
-from attnlab.core.attention import VARIANTS, eager_attention
+from attnlab.core.attention import eager_attention
+from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import ConfigError
 
 MODEL_TYPE = "attnlab_llama"

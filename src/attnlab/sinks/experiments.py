@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core.attention import VARIANTS
+from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, erratum, finding
 from attnlab.experiments.registry import Result, register

@@ -1,5 +1,5 @@
 """Pre-train the same small Llama once per attention variant: same text, tokenizer, seed, data order,
-steps and size; only the attention differs (:data:`attnlab.core.attention.VARIANTS`).
+steps and size; only the attention differs (the variants: :mod:`attnlab.core.variant_names`).
 
 Training windows are drawn at random offsets of the text, so they start all over it (never all with
 one token, which would become a sink by accident); the sink-token variant alone gets its token in

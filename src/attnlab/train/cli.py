@@ -21,7 +21,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from attnlab.core.attention import VARIANTS
+from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import UsageError
 
 GROUP = "training"
