@@ -170,8 +170,10 @@ def resume(args, model, ap) -> dict:
     if not path.exists():
         return {"caches": caches, "done": 0, "seconds": 0.0, "history": [],
                 "policies": {name: [] for name in args.policies}, "control": []}
-    try:
-        saved = torch.load(path, weights_only=False)
+    try:  # weights_only: tensors, numbers, strings and containers, nothing executed on load
+        saved = torch.load(path, weights_only=True)
+        if not isinstance(saved, dict) or not {"args", "caches", "done"} <= saved.keys():
+            raise KeyError("not this benchmark's checkpoint")
     except Exception as e:  # a truncated or foreign file: say so, touch nothing
         ap.error(f"{path} is not a readable checkpoint ({type(e).__name__}): move it away to start over, "
                  "or give a new --out")
