@@ -84,6 +84,22 @@ def test_a_failing_cell_is_reported_and_the_others_go_on(local_ray, tiny, tmp_pa
     assert "4/4 cells done (2 were already)" in capsys.readouterr().out
 
 
+def test_the_table_after_each_cell_equals_a_fresh_reading(local_ray, tiny, tmp_path, monkeypatch):
+    """After each cell the sweep re-reads that cell only; the table it writes is what re-reading all gives."""
+    from attnlab.sweep import report
+    seen, real = [], report.write
+
+    def spy(out, grid, chosen, figure=True, table=None):
+        if table is not None:  # the interim writes, one per finished cell
+            seen.append((list(table), report.rows(out, grid, chosen)))
+        return real(out, grid, chosen, figure, table)
+
+    monkeypatch.setattr(report, "write", spy)
+    assert sweep(tmp_path / "sweep", tiny, "budget=8,16", "n_sink=2") == 0
+    assert [sum(r["status"] == "done" for r in kept) for kept, _ in seen] == [1, 2]
+    assert all(kept == fresh for kept, fresh in seen)
+
+
 def _stop_after(argv, folder, cells: int, signum) -> tuple[int, str]:
     """Start the sweep in its own process, send it ``signum`` once ``cells`` cells are done, return (rc, stderr)."""
     # SIGINT at its default: a process started by a script in the background (as CI may be) inherits it ignored

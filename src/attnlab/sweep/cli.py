@@ -104,6 +104,7 @@ def cmd_sweep(args) -> int:
         workers = args.workers or max(1, (os.cpu_count() or 1) // args.cpus_per_cell)
         disconnect = engine.connect(args.address, workers * args.cpus_per_cell)
         bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=f"sweep {exp.name}", unit="cell")
+        table, line_of = report.rows(out, grid, args.metric), {c.name: i for i, c in enumerate(grid.cells())}
 
         def on_done(cell, outcome: dict) -> None:
             if outcome["status"] == "ok":
@@ -115,7 +116,8 @@ def cmd_sweep(args) -> int:
                 bar.write(f"attnlab sweep: cell {cell.name} failed: {outcome['error']}", file=sys.stderr)
             bar.update(1)
             bar.set_postfix(failed=len(failed))
-            report.write(out, grid, args.metric, figure=False)  # current after every cell, even if killed next
+            table[line_of[cell.name]] = report.row(out, cell, args.metric)  # re-read this cell only
+            report.write(out, grid, args.metric, figure=False, table=table)  # current after every cell
 
         stopped = {"signal": signal.SIGINT}  # a Ctrl-C before the `with` binds its own
         try:

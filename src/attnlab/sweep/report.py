@@ -50,23 +50,25 @@ def _claim(row: dict, key: str) -> dict | None:
     return next((c for c in row["claims"] if claim_key(c["claim"]) == key), None)
 
 
+def row(out: Path, cell, chosen: list[str]) -> dict:
+    """One cell's line of the table, read from its folder: done (its claims and chosen metrics), failed or not run."""
+    line = {"cell": cell.name, "folder": f"cells/{cell.folder}", "axes": dict(cell.axes)}
+    metrics = store.cell_metrics(out, cell) if store.is_complete(out, cell) else None
+    if metrics is None:
+        error = store.failure(out, cell)
+        line["status"] = "not run" if error is None else "failed"
+        if error is not None:
+            line["error"] = error
+    else:
+        line.update(status="done", seconds=metrics.get("seconds"), claim_counts=metrics.get("claim_counts"),
+                    claims=[{"claim": c["claim"], "measured": c.get("measured"), "status": c["status"]}
+                            for c in metrics.get("claims", [])],
+                    metrics={k: lookup(metrics, k) for k in chosen})
+    return line
+
+
 def rows(out: Path, grid: Grid, chosen: list[str]) -> list[dict]:
-    table = []
-    for cell in grid.cells():
-        row = {"cell": cell.name, "folder": f"cells/{cell.folder}", "axes": dict(cell.axes)}
-        metrics = store.cell_metrics(out, cell) if store.is_complete(out, cell) else None
-        if metrics is None:
-            error = store.failure(out, cell)
-            row["status"] = "not run" if error is None else "failed"
-            if error is not None:
-                row["error"] = error
-        else:
-            row.update(status="done", seconds=metrics.get("seconds"), claim_counts=metrics.get("claim_counts"),
-                       claims=[{"claim": c["claim"], "measured": c.get("measured"), "status": c["status"]}
-                               for c in metrics.get("claims", [])],
-                       metrics={k: lookup(metrics, k) for k in chosen})
-        table.append(row)
-    return table
+    return [row(out, cell, chosen) for cell in grid.cells()]
 
 
 def _fmt(v) -> str:
@@ -150,9 +152,10 @@ def draw(path: Path, grid: Grid, table: list[dict], chosen: list[str]) -> bool:
     return True
 
 
-def write(out: Path, grid: Grid, chosen: list[str], figure: bool = True) -> list[dict]:
-    """Re-read every cell and write sweep.json, sweep.md and (``figure``, when drawable) sweep.png; the rows."""
-    table = rows(out, grid, chosen)
+def write(out: Path, grid: Grid, chosen: list[str], figure: bool = True, table: list[dict] | None = None) -> list[dict]:
+    """Write sweep.json, sweep.md and (``figure``, when drawable) sweep.png from ``table`` (the rows in the
+    grid's order; by default every cell re-read); the rows."""
+    table = rows(out, grid, chosen) if table is None else table
     write_json(out / store.MANIFEST, {"identity": store.identity(grid), "grid": grid.to_json(), "cells": table})
     write_atomic(out / "sweep.md", markdown(grid, table, chosen))
     if figure:
