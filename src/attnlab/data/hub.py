@@ -9,12 +9,12 @@ specs, and this module imports ``datasets`` only when it reads one.
 from __future__ import annotations
 
 from attnlab.core.errors import UsageError, first_line
-from attnlab.data.sources import HUB_PREFIX as PREFIX
 
 
 def parse_spec(spec: str) -> tuple[str, str | None, str]:
-    """``hf:owner/name/config:split`` -> (owner/name, config, split); split defaults to train."""
-    body, _, split = spec[len(PREFIX):].partition(":")
+    """``hf:owner/name/config:split`` -> (owner/name, config, split); split defaults to train. (The prefix,
+    whatever it is, ends at the first colon: sources.py owns it, and this module imports nothing of it.)"""
+    body, _, split = spec.partition(":")[2].partition(":")
     parts = body.split("/")
     if not body or len(parts) > 3 or not all(parts):
         raise UsageError(f"{spec}: write hf:NAME, hf:OWNER/NAME or hf:OWNER/NAME/CONFIG, optionally :SPLIT")
