@@ -25,6 +25,7 @@ stopped, and its report is always valid up to ``tokens_done``.
     python benchmarks/million_tokens.py --out runs/million-1m         # 1,048,576 tokens: ~5.5 h on 2 AVX2 cores
     python benchmarks/million_tokens.py --tokens 32768 --segment 4096 --samples 8 --check-tokens 2048 --out runs/million
         # the scaled run benchmarks/README.md records (1,357 s on 2 CPU cores)
+    python benchmarks/million_tokens.py --out runs/million-1m --redraw  # table and figure again, from the json
 """
 from __future__ import annotations
 
@@ -116,20 +117,25 @@ def checks(model, ids, args) -> dict:
 
 
 def figure(policies: dict, ctrl: list[dict], path) -> None:
-    fig, ax = plt.subplots(1, 3, figsize=(15, 3.6), layout="constrained")
+    """PPL per segment; the stream's PPL over re-computation's on the same sampled tokens (the measure of
+    "flat", since stretches of text differ in difficulty); the cache's bytes; the process's memory."""
+    fig, ax = plt.subplots(1, 4, figsize=(20, 3.8), layout="constrained")
     x = [r["tokens"] for r in ctrl]
     ax[0].plot(x, [r["recompute_ppl"] for r in ctrl], "k-x", label="re-computation (sampled tokens)")
+    ax[1].axhline(1.0, color="k", lw=0.8, label="= re-computation")
     for i, (name, rows) in enumerate(policies.items()):
         ax[0].plot([r["tokens"] for r in rows], [r["ppl"] for r in rows], "-o", color=f"C{i}", label=f"{name} (all)")
-        ax[0].plot(x, [r[f"{name}_ppl"] for r in ctrl], "--", color=f"C{i}", label=f"{name} (sampled tokens)")
-        ax[1].plot([r["tokens"] for r in rows], [r["kv_bytes"] / 2**20 for r in rows], "-o", label=name)
-        ax[2].plot([r["tokens"] for r in rows], [r["peak_rss_mib"] for r in rows], "-o", label=f"{name}: peak")
-        ax[2].plot([r["tokens"] for r in rows], [r["rss_mib"] for r in rows], ":", color=f"C{i}", label=f"{name}: now")
-        ax[2].plot([r["tokens"] for r in rows], [r.get("trimmed_rss_mib", math.nan) for r in rows], "--x",
+        ax[1].plot(x, [r[f"{name}_ppl"] / r["recompute_ppl"] for r in ctrl], "-o", color=f"C{i}", label=name)
+        ax[2].plot([r["tokens"] for r in rows], [r["kv_bytes"] / 2**20 for r in rows], "-o", label=name)
+        ax[3].plot([r["tokens"] for r in rows], [r["peak_rss_mib"] for r in rows], "-o", label=f"{name}: peak")
+        ax[3].plot([r["tokens"] for r in rows], [r["rss_mib"] for r in rows], ":", color=f"C{i}", label=f"{name}: now")
+        ax[3].plot([r["tokens"] for r in rows], [r.get("trimmed_rss_mib", math.nan) for r in rows], "--x",
                    color=f"C{i}", label=f"{name}: after malloc_trim")
     ax[0].set(xlabel="tokens streamed", ylabel="PPL per segment", title="perplexity", yscale="log")
-    ax[1].set(xlabel="tokens streamed", ylabel="KV cache (MiB)", title="stored keys and values", ylim=(0, None))
-    ax[2].set(xlabel="tokens streamed", ylabel="MiB", title="process memory (RSS)", ylim=(0, None))
+    ax[1].set(xlabel="tokens streamed", ylabel="PPL / re-computation's", ylim=(0, None),
+              title="against re-computation, same sampled tokens")
+    ax[2].set(xlabel="tokens streamed", ylabel="KV cache (MiB)", title="stored keys and values", ylim=(0, None))
+    ax[3].set(xlabel="tokens streamed", ylabel="MiB", title="process memory (RSS)", ylim=(0, None))
     for a in ax:
         a.legend(fontsize=7)
     fig.savefig(path, dpi=120, format="png")
@@ -150,7 +156,8 @@ def table(report: dict) -> str:
         cells = ([f"{c['tokens']:,}"] + [f"{r['ppl']:.2f}" for r in rows] + [f"{c['recompute_ppl']:.2f}"]
                  + [f"{c[n + '_ppl'] / c['recompute_ppl']:.2f}" for n in names]
                  + [" / ".join(f"{r['kv_bytes'] / 2**20:.0f}" for r in rows)]
-                 + [_mib(max(r.get(k, math.nan) for r in rows)) for k in ("rss_mib", "trimmed_rss_mib", "peak_rss_mib")])
+                 + [_mib(max(r.get(k, math.nan) for r in rows))
+                    for k in ("rss_mib", "trimmed_rss_mib", "peak_rss_mib")])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -197,14 +204,30 @@ def report_of(state: dict, source: dict, args) -> dict:
 def save(state: dict, report: dict, args) -> None:
     """Checkpoint, report and figure, each written aside and renamed: an interrupted run loses at most a segment."""
     args.out.mkdir(parents=True, exist_ok=True)
-    tmp, png = args.out / (CHECKPOINT + ".tmp"), io.BytesIO()
+    tmp = args.out / (CHECKPOINT + ".tmp")
     torch.save({**state, "args": settings(args), "caches": {k: c.state_dict() for k, c in state["caches"].items()}},
                tmp)  # straight to disk: ~140 MiB in memory would show in the peak RSS this run measures
     os.replace(tmp, args.out / CHECKPOINT)
     write_json(args.out / "million_tokens.json", report)
-    write_atomic(args.out / "million_tokens.md", table(report))
+    draw(report, args.out)
+
+
+def draw(report: dict, out: Path) -> None:
+    """million_tokens.md and .png from the report (each written aside and renamed)."""
+    png = io.BytesIO()
+    write_atomic(out / "million_tokens.md", table(report))
     figure(report["policies"], report["control"], png)
-    write_atomic(args.out / "million_tokens.png", png.getvalue())
+    write_atomic(out / "million_tokens.png", png.getvalue())
+
+
+def redraw(out: Path, ap) -> None:
+    """--redraw: the table and figure again from million_tokens.json, as measured; nothing streamed."""
+    try:
+        report = json.loads((out / "million_tokens.json").read_text())
+    except (OSError, ValueError) as e:
+        ap.error(f"{out / 'million_tokens.json'}: {type(e).__name__}; --redraw needs a run's report in --out")
+    draw(report, out)
+    print(f"redrawn: {out / 'million_tokens.md'}, {out / 'million_tokens.png'}")
 
 
 def main():
@@ -220,7 +243,11 @@ def main():
     ap.add_argument("--policies", default="sinks,sinks+h2o")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True, help="where the report goes; a run stopped there resumes")
+    ap.add_argument("--redraw", action="store_true",
+                    help="write the table and figure in --out again from its million_tokens.json; stream nothing")
     args = ap.parse_args()
+    if args.redraw:
+        return redraw(args.out, ap)
     args.policies = args.policies.split(",")
     if not 0 < args.budget < args.check_tokens <= args.tokens or args.segment <= args.budget:
         ap.error("need 0 < --budget < --check-tokens <= --tokens and --segment > --budget")
