@@ -167,7 +167,8 @@ def _mib(v: float) -> str:
 
 
 def settings(args) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
+    """What a resumed run must share with the stopped one (where it writes and --redraw are not settings)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("out", "redraw")}
 
 
 def resume(args, model, ap) -> dict:
