@@ -138,6 +138,7 @@ def figure(policies: dict, ctrl: list[dict], path) -> None:
     ax[3].set(xlabel="tokens streamed", ylabel="MiB", title="process memory (RSS)", ylim=(0, None))
     for a in ax:
         a.legend(fontsize=7)
+        a.xaxis.set_major_formatter(lambda v, _: f"{v / 1000:,.0f}k")  # 1,048,576 tokens: labels would collide
     fig.savefig(path, dpi=120, format="png")
     plt.close(fig)  # one figure per segment: don't keep them all
 
