@@ -58,12 +58,6 @@ def command_line(argv: list[str]) -> str:
     return "attnlab " + " ".join(shlex.quote(str(a)) for a in argv)
 
 
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
-
-
 def check_device(device: str) -> str:
     if device not in ("cpu", "cuda"):
         raise UsageError(f"--device {device}: use cpu or cuda")
@@ -123,6 +117,8 @@ def run_into(exp: Experiment, cfg: Any, out: Path, device: str, command: str) ->
 
 def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress: bool, command: str) -> Result:
     """Run ``exp`` and write the contract files into ``run_dir`` (which must exist)."""
+    import torch  # here, not at the top: `attnlab --help` need not load PyTorch
+
     ctx = RunContext(run_dir, device, show_progress, command)
     t0 = time.perf_counter()
     result = exp.run(cfg, ctx)
@@ -137,7 +133,7 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
         "claim_counts": counts,
         "seconds": round(seconds, 3),
         "attnlab_version": __version__,
-        "torch_version": _torch_version(),
+        "torch_version": torch.__version__,
         **result.metrics,
     }
     write_json(run_dir / "config.json", config)
