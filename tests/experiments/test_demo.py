@@ -1,5 +1,6 @@
 """`attnlab demo`: quick vs full settings, the talk's order, skipped experiments, --strict; fake experiments."""
 import dataclasses
+import importlib
 import json
 
 import pytest
@@ -119,7 +120,7 @@ def test_bad_device_writes_nothing(tmp_path, capsys):
 def test_real_demo_path_on_a_fast_experiment(tmp_path, capsys, monkeypatch):
     """scansnap-fig4 with 5 SGD steps through the real runner and report (about a second once
     scipy and matplotlib are imported; 2-3 s alone)."""
-    import attnlab.theory.scansnap.experiments  # noqa: F401  registers it without importing every module
+    importlib.import_module("attnlab.theory.scansnap.experiments")  # registers it without importing every module
 
     exp = dataclasses.replace(registry.EXPERIMENTS.get("scansnap-fig4"), quick={"sgd.steps": 5})
     monkeypatch.setattr(registry, "load_all", lambda: {exp.name: exp})
