@@ -18,11 +18,19 @@ Two checks say what the shortcuts change:
   (``PolicyCache(start=...)``), so fp32 RoPE angles that far out are tested without streaming there.
 
 Segments go one at a time through every policy and the control, and after each one the caches, the rows
-and the report are saved in ``--out`` (``PolicyCache.state_dict``): a run stopped there (Ctrl-C, kill, the
-end of a session) resumes from its last finished segment with the same command, bit for bit as if never
-stopped, and its report is always valid up to ``tokens_done``.
+and the report are saved in ``--out`` (``PolicyCache.state_dict``): a run stopped there (Ctrl-C, kill)
+resumes from its last finished segment with the same command, bit for bit as if never stopped, and its
+report is always valid up to ``tokens_done``. A checkpoint dies with its machine, though, and the whole
+run outlasts a 3-hour session here; so it also splits into parts that each fit one (a policy each, and
+the control), run in any order, on any day, and joined by ``--merge`` (million_report.py). Every part
+samples the control's tokens from the same --seed, so a split run's PPLs, ratios and checks equal the
+whole run's to the last digit; only the memory differs, each process holding one policy.
 
-    python benchmarks/million_tokens.py --out runs/million-1m         # 1,048,576 tokens: ~5.5 h on 2 AVX2 cores
+    python benchmarks/million_tokens.py --out runs/million-1m         # 1,048,576 tokens: ~4.5 h on 2 AVX2 cores
+    python benchmarks/million_tokens.py --policies sinks --no-control --out runs/1m-sinks          # ~1.8 h
+    python benchmarks/million_tokens.py --policies sinks+h2o --no-control --out runs/1m-sinks+h2o  # ~2.2 h
+    python benchmarks/million_tokens.py --policies '' --out runs/1m-control                        # ~40 min
+    python benchmarks/million_tokens.py --merge runs/1m-sinks runs/1m-sinks+h2o runs/1m-control --out runs/million-1m
     python benchmarks/million_tokens.py --tokens 32768 --segment 4096 --samples 8 --check-tokens 2048 --out runs/million
         # the scaled run benchmarks/README.md records (1,357 s on 2 CPU cores)
     python benchmarks/million_tokens.py --out runs/million-1m --redraw  # table and figure again, from the json
@@ -30,7 +38,6 @@ stopped, and its report is always valid up to ``tokens_done``.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
@@ -41,8 +48,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from attnlab.core.io import write_atomic, write_json
-from attnlab.core.plotting import plt
+from attnlab.core.io import write_json
 from attnlab.data.sources import CorpusNotFound, read_corpus
 from attnlab.evals.inputs import load_model
 from attnlab.evals.streaming import recompute_nll, stream_nll
@@ -50,6 +56,7 @@ from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 
 from host import machine, memory_mib  # benchmarks/host.py
+from million_report import draw, merge, redraw  # benchmarks/million_report.py
 
 CHECKPOINT = "checkpoint.pt"  # the caches and rows after the last finished segment
 TEXTS = "kjv/kjv.txt,war-and-peace/warpeace.txt,wikitext-2/test.txt,wikitext-2/valid.txt,tinyshakespeare/input.txt"
@@ -77,29 +84,35 @@ def policy_of(name: str, args):
     return make_policy(name, budget=args.budget, n_sink=4, recent=args.budget // 2 if name == "sinks+h2o" else None)
 
 
-def stream_segment(model, ids, a: int, b: int, caches: dict, args, bar) -> tuple[dict, dict]:
-    """Tokens a..b through every policy's cache (scoring a+1..b): per policy the NLL (b-a,) and a report row
-    (PPL, stored bytes, memory, seconds)."""
-    nll, rows = {}, {}
+def sampled(args, a: int, b: int) -> np.ndarray:
+    """The control's tokens in a..b: --samples of them past the first budget, from --seed and the segment
+    alone, so a resumed run, and every part of a run split by policy, samples the same ones."""
+    rng = np.random.default_rng([args.seed, a])
+    lo = max(a, args.budget)
+    return np.sort(rng.choice(np.arange(lo, b), min(args.samples, b - lo), replace=False))
+
+
+def stream_segment(model, ids, a: int, b: int, caches: dict, args, bar) -> dict:
+    """Tokens a..b through every policy's cache (scoring a+1..b): per policy a report row (PPL over the
+    segment and over its sampled tokens, stored bytes, memory, seconds)."""
+    rows, ts = {}, sampled(args, a, b)
     for name, cache in caches.items():
         r = stream_nll(model, ids[a:b + 1], cache, args.chunk, bar)
         rss, peak, trimmed = memory_mib()
-        nll[name] = r.nll
-        rows[name] = {"tokens": b, "ppl": r.ppl, "kv_bytes": cache.kv_bytes(), "stored": cache.stored(),
+        rows[name] = {"tokens": b, "ppl": r.ppl, "sampled_ppl": math.exp(r.nll[ts - a].mean()),
+                      "kv_bytes": cache.kv_bytes(), "stored": cache.stored(),
                       "rss_mib": rss, "peak_rss_mib": peak, "trimmed_rss_mib": trimmed,
                       "seconds": r.seconds, "tokens_per_s": r.tokens_per_s}
-    return nll, rows
+    return rows
 
 
-def control(model, ids, a: int, b: int, nll: dict, args, bar) -> dict:
-    """Re-computation's PPL at tokens sampled in a..b (its own seed per segment, so a resumed run samples the
-    same), and each policy's PPL at the same tokens."""
-    rng = np.random.default_rng([args.seed, a])
-    lo = max(a, args.budget)
-    ts = np.sort(rng.choice(np.arange(lo, b), min(args.samples, b - lo), replace=False))
-    rec = recompute_nll(model, ids, args.budget, [int(t) for t in ts], bar)
+def control(model, ids, a: int, b: int, rows: dict, args) -> dict:
+    """Re-computation's PPL at the segment's sampled tokens, and each policy's PPL streamed here at the same
+    tokens."""
+    ts = sampled(args, a, b)
+    rec = recompute_nll(model, ids, args.budget, [int(t) for t in ts], None)
     return {"tokens": b, "positions": ts.tolist(), "recompute_ppl": rec.ppl, "seconds": rec.seconds,
-            **{f"{k}_ppl": math.exp(v[ts - a].mean()) for k, v in nll.items()}}
+            **{f"{k}_ppl": r["sampled_ppl"] for k, r in rows.items()}}
 
 
 def checks(model, ids, args) -> dict:
@@ -116,60 +129,10 @@ def checks(model, ids, args) -> dict:
     return out
 
 
-def figure(policies: dict, ctrl: list[dict], path) -> None:
-    """PPL per segment; the stream's PPL over re-computation's on the same sampled tokens (the measure of
-    "flat", since stretches of text differ in difficulty); the cache's bytes; the process's memory."""
-    fig, ax = plt.subplots(1, 4, figsize=(20, 3.8), layout="constrained")
-    x = [r["tokens"] for r in ctrl]
-    ax[0].plot(x, [r["recompute_ppl"] for r in ctrl], "k-x", label="re-computation (sampled tokens)")
-    ax[1].axhline(1.0, color="k", lw=0.8, label="= re-computation")
-    for i, (name, rows) in enumerate(policies.items()):
-        ax[0].plot([r["tokens"] for r in rows], [r["ppl"] for r in rows], "-o", color=f"C{i}", label=f"{name} (all)")
-        ax[1].plot(x, [r[f"{name}_ppl"] / r["recompute_ppl"] for r in ctrl], "-o", color=f"C{i}", label=name)
-        ax[2].plot([r["tokens"] for r in rows], [r["kv_bytes"] / 2**20 for r in rows], "-o", label=name)
-        ax[3].plot([r["tokens"] for r in rows], [r["peak_rss_mib"] for r in rows], "-o", label=f"{name}: peak")
-        ax[3].plot([r["tokens"] for r in rows], [r["rss_mib"] for r in rows], ":", color=f"C{i}", label=f"{name}: now")
-        ax[3].plot([r["tokens"] for r in rows], [r.get("trimmed_rss_mib", math.nan) for r in rows], "--x",
-                   color=f"C{i}", label=f"{name}: after malloc_trim")
-    ax[0].set(xlabel="tokens streamed", ylabel="PPL per segment", title="perplexity", yscale="log")
-    ax[1].set(xlabel="tokens streamed", ylabel="PPL / re-computation's", ylim=(0, None),
-              title="against re-computation, same sampled tokens")
-    ax[2].set(xlabel="tokens streamed", ylabel="KV cache (MiB)", title="stored keys and values", ylim=(0, None))
-    ax[3].set(xlabel="tokens streamed", ylabel="MiB", title="process memory (RSS)", ylim=(0, None))
-    for a in ax:
-        a.legend(fontsize=7)
-        a.xaxis.set_major_formatter(lambda v, _: f"{v / 1000:,.0f}k")  # 1,048,576 tokens: labels would collide
-    fig.savefig(path, dpi=120, format="png")
-    plt.close(fig)  # one figure per segment: don't keep them all
-
-
-def table(report: dict) -> str:
-    """The report as a Markdown table, a row per segment: PPL per policy, the control on the sampled tokens
-    and each policy's ratio to it there, the stored bytes, and the process's RSS (one process streams every
-    policy, so RSS is the process's, not a policy's)."""
-    names = list(report["policies"])
-    head = (["tokens streamed"] + [f"{n} PPL" for n in names] + ["re-computation (sampled)"]
-            + [f"{n} / re-comp." for n in names]
-            + ["KV MiB (" + " / ".join(names) + ")", "RSS MiB", "after malloc_trim", "peak RSS MiB"])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for i, c in enumerate(report["control"]):
-        rows = [report["policies"][n][i] for n in names]
-        cells = ([f"{c['tokens']:,}"] + [f"{r['ppl']:.2f}" for r in rows] + [f"{c['recompute_ppl']:.2f}"]
-                 + [f"{c[n + '_ppl'] / c['recompute_ppl']:.2f}" for n in names]
-                 + [" / ".join(f"{r['kv_bytes'] / 2**20:.0f}" for r in rows)]
-                 + [_mib(max(r.get(k, math.nan) for r in rows))
-                    for k in ("rss_mib", "trimmed_rss_mib", "peak_rss_mib")])
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _mib(v: float) -> str:
-    return "not recorded" if math.isnan(v) else f"{v:,.0f}"
-
-
 def settings(args) -> dict:
-    """What a resumed run must share with the stopped one (where it writes and --redraw are not settings)."""
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("out", "redraw")}
+    """What a resumed run must share with the stopped one (where it writes, --redraw and --merge are not
+    settings)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("out", "redraw", "merge")}
 
 
 def resume(args, model, ap) -> dict:
@@ -214,24 +177,6 @@ def save(state: dict, report: dict, args) -> None:
     draw(report, args.out)
 
 
-def draw(report: dict, out: Path) -> None:
-    """million_tokens.md and .png from the report (each written aside and renamed)."""
-    png = io.BytesIO()
-    write_atomic(out / "million_tokens.md", table(report))
-    figure(report["policies"], report["control"], png)
-    write_atomic(out / "million_tokens.png", png.getvalue())
-
-
-def redraw(out: Path, ap) -> None:
-    """--redraw: the table and figure again from million_tokens.json, as measured; nothing streamed."""
-    try:
-        report = json.loads((out / "million_tokens.json").read_text())
-    except (OSError, ValueError) as e:
-        ap.error(f"{out / 'million_tokens.json'}: {type(e).__name__}; --redraw needs a run's report in --out")
-    draw(report, out)
-    print(f"redrawn: {out / 'million_tokens.md'}, {out / 'million_tokens.png'}")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
@@ -242,15 +187,24 @@ def main():
     ap.add_argument("--chunk", type=int, default=256)
     ap.add_argument("--samples", type=int, default=32, help="re-computed tokens per segment")
     ap.add_argument("--check-tokens", type=int, default=3072)
-    ap.add_argument("--policies", default="sinks,sinks+h2o")
+    ap.add_argument("--policies", default="sinks,sinks+h2o",
+                    help="comma-separated; '' streams none (a part of a split run that only re-computes)")
+    ap.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
+                    help="re-compute --samples tokens a segment (the oracle the ratios are to); --no-control for "
+                         "a part of a split run whose control runs elsewhere")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True, help="where the report goes; a run stopped there resumes")
     ap.add_argument("--redraw", action="store_true",
                     help="write the table and figure in --out again from its million_tokens.json; stream nothing")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="PART",
+                    help="join the --out folders of a run split across processes (by --policies, --no-control) "
+                         "into one report in --out; stream nothing")
     args = ap.parse_args()
-    if args.redraw:
-        return redraw(args.out, ap)
-    args.policies = args.policies.split(",")
+    if args.redraw or args.merge:
+        return redraw(args.out, ap.error) if args.redraw else merge(args.merge, args.out, ap.error)
+    args.policies = [p for p in args.policies.split(",") if p]
+    if not (args.policies or args.control):
+        ap.error("nothing to run: name --policies, or keep the control (drop --no-control)")
     if not 0 < args.budget < args.check_tokens <= args.tokens or args.segment <= args.budget:
         ap.error("need 0 < --budget < --check-tokens <= --tokens and --segment > --budget")
     t0 = time.perf_counter()
@@ -263,15 +217,19 @@ def main():
     state["history"].append({"from_token": state["done"], "machine": machine(),
                              "date": time.strftime("%Y-%m-%d %H:%M")})
     n, seconds = len(ids) - 1, state["seconds"]
-    with tqdm(total=n * len(args.policies), initial=state["done"] * len(args.policies), desc="stream") as bar:
+    per = max(1, len(args.policies))  # a part that only re-computes counts the segments' tokens
+    with tqdm(total=n * per, initial=state["done"] * per, desc="stream") as bar:
         for a in range(state["done"], n, args.segment):
             b = min(a + args.segment, n)
-            nll, rows = stream_segment(model, ids, a, b, state["caches"], args, bar)
+            rows = stream_segment(model, ids, a, b, state["caches"], args, bar)
             for name, row in rows.items():
                 state["policies"][name].append(row)
-            bar.set_description(f"re-computation, {args.samples} tokens")
-            state["control"].append(control(model, ids, a, b, nll, args, None))
-            bar.set_description("stream")
+            if args.control:
+                bar.set_description(f"re-computation, {args.samples} tokens")
+                state["control"].append(control(model, ids, a, b, rows, args))
+                bar.set_description("stream")
+            if not args.policies:
+                bar.update(b - a)
             state["done"], state["seconds"] = b, seconds + time.perf_counter() - t0
             save(state, report_of(state, source, args), args)
     if "checks" not in state:
