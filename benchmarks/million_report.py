@@ -6,13 +6,16 @@ session, and a checkpoint on a machine that is shut down is lost with it. Each p
 the control alone (~40 min) do fit, and a policy's stream does not depend on the other's, so each part can
 run whole in one process and the parts are joined afterwards. The control's sampled tokens come from the
 shared --seed and the segment, so every part samples the same tokens and the ratios are on the same tokens.
-Imported by million_tokens.py (the benchmarks run as scripts, so their folder is on the path).
+Imported by million_tokens.py (the benchmarks run as scripts, so their folder is on the path), and run by
+it after every segment as ``python million_report.py OUT``, which redraws OUT's table and figure in a
+process of its own, so that plotting's memory is not counted in the stream's.
 """
 from __future__ import annotations
 
 import io
 import json
 import math
+import sys
 from pathlib import Path
 
 from attnlab.core.io import write_atomic, write_json
@@ -138,3 +141,13 @@ def merge(parts: list[Path], out: Path, fail) -> dict:
     draw(report, out)
     print(f"merged {len(parts)} parts ({'complete' if report['complete'] else 'not complete'}): {out}")
     return report
+
+
+if __name__ == "__main__":
+    def fail(message: str):
+        print(f"million_report.py: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    if len(sys.argv) != 2:
+        fail("usage: python million_report.py OUT (a million_tokens.py run's --out)")
+    redraw(Path(sys.argv[1]), fail)
