@@ -47,7 +47,8 @@ def figure(report: dict, path) -> None:
     ax[2].set(xlabel="tokens streamed", ylabel="KV cache (MiB)", title="stored keys and values", ylim=(0, None))
     ax[3].set(xlabel="tokens streamed", ylabel="MiB", title="process memory (RSS)", ylim=(0, None))
     for a in ax:
-        a.legend(fontsize=7)
+        if a.get_legend_handles_labels()[0]:  # a part without policies draws empty panels
+            a.legend(fontsize=7)
         a.xaxis.set_major_formatter(lambda v, _: f"{v / 1000:,.0f}k")  # 1,048,576 tokens: labels would collide
     fig.savefig(path, dpi=120, format="png")
     plt.close(fig)  # one figure per segment: don't keep them all
@@ -68,12 +69,12 @@ def table(report: dict) -> str:
             + ["KV MiB (" + " / ".join(names) + ")", "RSS MiB", "after malloc_trim", "peak RSS MiB"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     control = {c["tokens"]: c for c in report["control"]}
-    for i, first in enumerate(report["policies"][names[0]]):
+    for i, first in enumerate(report["policies"][names[0]] if names else report["control"]):  # or the control's
         rows, c = [report["policies"][n][i] for n in names], control.get(first["tokens"], {})
         cells = ([f"{first['tokens']:,}"] + [f"{r['ppl']:.2f}" for r in rows]
                  + [_num(c.get("recompute_ppl", math.nan))] + [_num(ratio(c, n)) for n in names]
-                 + [" / ".join(f"{r['kv_bytes'] / 2**20:.0f}" for r in rows)]
-                 + [_mib(max(r.get(k, math.nan) for r in rows))
+                 + [" / ".join(f"{r['kv_bytes'] / 2**20:.0f}" for r in rows) or "no cache"]
+                 + [_mib(max((r.get(k, math.nan) for r in rows), default=math.nan))
                     for k in ("rss_mib", "trimmed_rss_mib", "peak_rss_mib")])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -90,7 +91,7 @@ def _mib(v: float) -> str:
 def draw(report: dict, out: Path) -> None:
     """million_tokens.md and .png from the report (each written aside and renamed)."""
     png = io.BytesIO()
-    write_atomic(out / "million_tokens.md", table(report) if report["policies"] else "no policy streamed\n")
+    write_atomic(out / "million_tokens.md", table(report))
     figure(report, png)
     write_atomic(out / "million_tokens.png", png.getvalue())
 
