@@ -28,7 +28,7 @@ whole run's to the last digit; only the memory differs, each process holding one
 
     python benchmarks/million_tokens.py --out runs/million-1m         # 1,048,576 tokens: ~4.5 h on 2 AVX2 cores
     python benchmarks/million_tokens.py --policies sinks --no-control --out runs/1m-sinks          # ~1.8 h
-    python benchmarks/million_tokens.py --policies sinks+h2o --no-control --out runs/1m-sinks+h2o  # ~2.2 h
+    python benchmarks/million_tokens.py --policies sinks+h2o --no-control --out runs/1m-sinks+h2o  # ~1.9 h
     python benchmarks/million_tokens.py --policies '' --out runs/1m-control                        # ~40 min
     python benchmarks/million_tokens.py --merge runs/1m-sinks runs/1m-sinks+h2o runs/1m-control --out runs/million-1m
     python benchmarks/million_tokens.py --tokens 32768 --segment 4096 --samples 8 --check-tokens 2048 --out runs/million
