@@ -12,10 +12,11 @@ process of its own, so that plotting's memory is not counted in the stream's.
 """
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import math
-import sys
+import statistics
 from pathlib import Path
 
 from attnlab.core.io import write_atomic, write_json
@@ -80,6 +81,29 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary(report: dict) -> str:
+    """What the prose quotes, computed here so it comes from the report: each policy's ratio to
+    re-computation over the segments and its rank correlation with the segment (a drift would show as a
+    trend), its median tokens/s, and its PPL over the first policy's on the same segments."""
+    from scipy.stats import spearmanr
+
+    names, lines = list(report["policies"]), []
+    for n in names:
+        ratios = [q for q in (ratio(c, n) for c in report["control"]) if not math.isnan(q)]
+        rows = report["policies"][n]
+        line = f"- {n}: median {statistics.median(r['tokens_per_s'] for r in rows):.0f} tokens/s"
+        if len(ratios) > 2:
+            rho, p = spearmanr(range(len(ratios)), ratios)
+            line += (f"; over re-computation {min(ratios):.2f}–{max(ratios):.2f}× in {len(ratios)} segments, "
+                     f"Spearman ρ against the segment {rho:+.2f} (p = {p:.2f})")
+        if n != names[0]:
+            over = [r["ppl"] / f["ppl"] for r, f in zip(rows, report["policies"][names[0]])]
+            line += (f"; PPL over {names[0]}: {min(over):.2f}–{max(over):.2f}× "
+                     f"(median {statistics.median(over):.2f}×)")
+        lines.append(line)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def _num(v: float) -> str:
     return "not run" if math.isnan(v) else f"{v:.2f}"
 
@@ -91,7 +115,7 @@ def _mib(v: float) -> str:
 def draw(report: dict, out: Path) -> None:
     """million_tokens.md and .png from the report (each written aside and renamed)."""
     png = io.BytesIO()
-    write_atomic(out / "million_tokens.md", table(report))
+    write_atomic(out / "million_tokens.md", table(report) + "\n" + summary(report))
     figure(report, png)
     write_atomic(out / "million_tokens.png", png.getvalue())
 
@@ -144,11 +168,8 @@ def merge(parts: list[Path], out: Path, fail) -> dict:
     return report
 
 
-if __name__ == "__main__":
-    def fail(message: str):
-        print(f"million_report.py: {message}", file=sys.stderr)
-        sys.exit(2)
-
-    if len(sys.argv) != 2:
-        fail("usage: python million_report.py OUT (a million_tokens.py run's --out)")
-    redraw(Path(sys.argv[1]), fail)
+if __name__ == "__main__":  # what million_tokens.py runs after each segment; also `million_tokens.py --redraw`
+    ap = argparse.ArgumentParser(description="Redraw a million_tokens.py run's table and figure from its "
+                                 "million_tokens.json, in a process of its own.")
+    ap.add_argument("out", type=Path, help="the run's --out folder")
+    redraw(ap.parse_args().out, ap.error)

@@ -177,8 +177,8 @@ def save(state: dict, report: dict, args) -> None:
                tmp)  # straight to disk: ~140 MiB in memory would show in the peak RSS this run measures
     os.replace(tmp, args.out / CHECKPOINT)
     write_json(args.out / "million_tokens.json", report)
-    # Drawn by a child process: matplotlib in this one grew its RSS by ~7 MiB a segment (the same saves
-    # without the figure stay flat), which would read as the stream's memory creeping.
+    # Drawn by a child process: drawn in this one, matplotlib kept ~6 MiB a segment (the sinks part's RSS
+    # after trim), which would read as the stream's memory creeping.
     subprocess.run([sys.executable, str(Path(__file__).with_name("million_report.py")), str(args.out)],
                    stdout=subprocess.DEVNULL, check=False)
 
