@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
 import typing
 from typing import Any
 
@@ -33,6 +34,17 @@ def to_json(cfg: Any) -> dict[str, Any]:
 
 def _parse(text: str, typ: Any, key: str) -> Any:
     origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):  # int | float, int | None: the first type that reads it
+        options = typing.get_args(typ)
+        if type(None) in options and text.lower() == "none":
+            return None
+        for option in (t for t in options if t is not type(None)):
+            try:
+                return _parse(text, option, key)
+            except UsageError:
+                pass
+        names = " or ".join("none" if t is type(None) else getattr(t, "__name__", str(t)) for t in options)
+        raise UsageError(f"--set {key}={text}: expected a value of type {names}")
     try:
         if origin is tuple:
             (elem, *_rest) = typing.get_args(typ)

@@ -2,7 +2,8 @@
 
 ``--grid key=v1,v2`` is one axis (``key`` a config key, as ``--set`` takes it). A key whose value is
 itself a list (a tuple setting such as ``lengths``) takes its values separated by ``;`` instead:
-``--grid "lengths=1024,2048;4096"`` is two cells, ``lengths=1024,2048`` and ``lengths=4096``.
+``--grid "lengths=1024,2048;4096"`` is two cells, ``lengths=1024,2048`` and ``lengths=4096``; any
+other key may use ``;`` too (``--grid "policy=sinks;h2o"``).
 ``--seeds N`` adds the axis ``seed=0..N-1`` for an experiment with one ``seed``; an experiment that
 batches its own seeds (``seeds``, e.g. Fig. 6) gets ``seeds=N`` in every cell instead.
 
@@ -74,7 +75,8 @@ def parse_axis(text: str, keys: dict[str, typing.Any]) -> tuple[str, tuple[str, 
     if key not in keys:
         raise UsageError(f"--grid {key}: unknown config key; {config_mod.did_you_mean(key, keys)}keys are: "
                          f"{', '.join(keys)}")
-    sep_values = ";" if typing.get_origin(keys[key]) is tuple else ","
+    # a list-valued key's values hold commas themselves; any key may separate its values with ";"
+    sep_values = ";" if typing.get_origin(keys[key]) is tuple or ";" in values else ","
     items = tuple(v.strip() for v in values.split(sep_values) if v.strip())
     if not items:
         raise UsageError(f"--grid {text!r}: the axis {key} is empty; give at least one value, e.g. {key}=V1,V2")

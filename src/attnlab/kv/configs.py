@@ -1,0 +1,44 @@
+"""The configs of the KV capability's commands, torch-free: ``attnlab stream``'s flags are built from
+them (:mod:`attnlab.experiments.command`), and a run's config.json is one of them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnlab.core.errors import UsageError
+from attnlab.experiments.command import option
+
+
+def _policy_names() -> list[str]:
+    from attnlab.kv.policies import POLICIES
+
+    return POLICIES.names()
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    """One ``attnlab stream`` run."""
+
+    model: str = option("smollm2", "alias (smollm2), model folder, attnlab train run or hub id")
+    text: str = option("kjv", "a text file, or kjv / war-and-peace / wikitext-2/test.txt")
+    tokens: int = option(2048, "stream length in tokens")
+    policy: str = option("sinks", "KV-cache policy: {choices}", choices=_policy_names)
+    budget: int | float = option(256, "tokens kept (256) or a fraction of those seen (0.2)")
+    n_sink: int = option(4, "attention sinks kept by the policies that keep sinks")
+    recent: int | None = option(None, "recent window of the h2o policies (default: half the budget)")
+    positions: str = option("rolling", "rolling (positions inside the cache) or original")
+    chunk: int = option(1, "tokens per forward; 1 is the exact protocol")
+    recompute: bool = option(False, "also run the sliding window with re-computation at the same budget "
+                             "(slow: O(T x budget))")
+    dense: bool = option(True, "skip the dense baseline")
+
+    def __post_init__(self):
+        if self.tokens < 2:
+            raise UsageError(f"--tokens {self.tokens}: stream at least 2 tokens")
+        if self.chunk < 1:
+            raise UsageError(f"--chunk {self.chunk}: feed at least 1 token per forward")
+        self.make_policy()  # an unknown policy or impossible budget: refused before any work
+
+    def make_policy(self):
+        from attnlab.kv.policies import make_policy
+
+        return make_policy(self.policy, self.budget, self.n_sink, self.recent)  # full ignores the budget

@@ -1,0 +1,56 @@
+"""``attnlab stream`` as a registered experiment: a text streamed through a model with one KV-cache
+policy, beside the dense cache (and, on request, the sliding window with re-computation): perplexity,
+KV bytes and decode tokens/s. No claims: it measures."""
+from __future__ import annotations
+
+import json
+
+from attnlab.experiments.registry import Result, register
+from attnlab.kv.configs import StreamRun
+
+
+@register("stream", "streaming perplexity, memory and speed of one KV-cache policy on a model", StreamRun,
+          demo=False)
+def run_stream(cfg: StreamRun, ctx) -> Result:
+    """The policy's stream, the dense one and (on request) the recomputed window: NLL, bytes, speed."""
+    from attnlab.evals.inputs import load_stream
+    from attnlab.evals.streaming import recompute_nll, stream_nll
+    from attnlab.kv.cache import PolicyCache, check_sink_slot
+    from attnlab.kv.plots import stream_figure
+    from attnlab.kv.policies import make_policy
+
+    policy = cfg.make_policy()
+    model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx.device, fix="--text PATH")
+    check_sink_slot(model, policy)
+    cache = PolicyCache(model, policy, cfg.positions)  # refuses rolling on learned positions, before any work
+    runs = {}
+    with ctx.progress(len(ids) - 1, policy.describe()) as bar:
+        runs[policy.describe()] = stream_nll(model, ids, cache, cfg.chunk, bar)
+    if cfg.dense:
+        with ctx.progress(len(ids) - 1, "dense") as bar:
+            runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), 256, bar)
+    if cfg.recompute and isinstance(policy.budget, int):
+        with ctx.progress(len(ids) - 1, "recompute") as bar:
+            runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
+    stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
+    (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")
+    metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
+               "positions": cfg.positions, "chunk": cfg.chunk,
+               "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
+                            "kv_bytes_final": r.kv_bytes[-1][1] if r.kv_bytes else None,
+                            "kv_bytes_max": max(v for _, v in r.kv_bytes) if r.kv_bytes else None}
+                        for k, r in runs.items()}}
+    summary = "\n".join(f"- {line}" for line in result_lines(metrics["runs"]))
+    return Result([], metrics, {"stream.png": "NLL per position (mean over 64-token windows), KV bytes stored and "
+                                "decode tokens/s along the stream, one line per cache"}, summary)
+
+
+def result_lines(runs: dict) -> list[str]:
+    """One line per cache: PPL, tokens/s and the KV bytes it ended with."""
+    lines = []
+    for k, r in runs.items():
+        kv = f", KV {r['kv_bytes_final'] / 2**20:.1f} MiB" if r["kv_bytes_final"] is not None else ""
+        lines.append(f"{k}: PPL {r['ppl']:.3f}, {r['tokens_per_s']:.1f} tokens/s{kv}")
+    return lines
+
+
