@@ -1,10 +1,12 @@
 """`attnlab sweep` on a local Ray instance, over a tiny experiment: streaming-ppl on a tiny model folder."""
+import errno
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -166,6 +168,73 @@ def test_a_folder_holding_another_sweep_is_refused_and_kept(tiny, tmp_path, caps
     assert sweep(tmp_path / "notes", tiny, "budget=8,16") == 2
     assert "already holds other files" in capsys.readouterr().err
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep"
+
+
+@pytest.fixture
+def read_only(monkeypatch):
+    """Makes a folder one no one may write in: chmod 555, and where the mode binds no one (root, as CI runs)
+    its writes refused as the kernel would refuse them."""
+    made = []
+    real_mkdir, real_open = os.mkdir, Path.open
+
+    def inside(path) -> bool:
+        path = Path(path).absolute()
+        return any(f == path or f in path.parents for f in made)
+
+    def refused(path):
+        return PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    def mkdir(path, *a, **k):
+        if inside(path):
+            raise refused(path)
+        return real_mkdir(path, *a, **k)
+
+    def open_(self, mode="r", *a, **k):
+        if inside(self) and set(mode) & set("wax+"):
+            raise refused(self)
+        return real_open(self, mode, *a, **k)
+
+    def make(folder: Path) -> Path:
+        folder.chmod(0o555)
+        if os.access(folder, os.W_OK):
+            made.append(folder.absolute())
+            monkeypatch.setattr(os, "mkdir", mkdir)
+            monkeypatch.setattr(Path, "open", open_)
+        return folder
+
+    yield make
+    for folder in made:
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("where", [".", "new/sweep"])
+def test_a_folder_that_cannot_be_written_is_one_line_exit_2(tiny, tmp_path, read_only, capsys, where):
+    """Said before Ray starts, naming the folder; nothing is made."""
+    (tmp_path / "ro").mkdir()
+    out = read_only(tmp_path / "ro") / where
+    assert sweep(out, tiny, "budget=8,16") == 2
+    err = capsys.readouterr().err.strip()
+    assert f"cannot write the sweep's folder --out {out.absolute()} (Permission denied)" in err
+    assert len(err.splitlines()) == 1 and list((tmp_path / "ro").iterdir()) == []
+
+
+def test_resuming_in_a_folder_become_read_only_is_one_line_exit_2(tiny, tmp_path, read_only, monkeypatch, capsys):
+    """Said before Ray starts (not after the first cell); the folder is left as it was."""
+    from attnlab.core.errors import UsageError
+    from attnlab.sweep import engine
+
+    def no_ray(*args):
+        raise UsageError("no Ray in this test")
+
+    monkeypatch.setattr(engine, "connect", no_ray)
+    out = tmp_path / "sweep"
+    assert sweep(out, tiny, "budget=8,16") == 2  # the folder claimed, then stopped before any cell
+    assert "no Ray in this test" in capsys.readouterr().err
+    manifest = (out / "sweep.json").read_text()
+    assert sweep(read_only(out), tiny, "budget=8,16") == 2
+    err = capsys.readouterr().err.strip()
+    assert f"cannot write the sweep's folder --out {out} (Permission denied)" in err and len(err.splitlines()) == 1
+    assert (out / "sweep.json").read_text() == manifest and os.listdir(out) == ["sweep.json"]
 
 
 def test_no_other_command_imports_ray():

@@ -94,7 +94,7 @@ def run_all(jobs: dict[Hashable, CellJob], cpus_per_cell: int, on_done: Callable
     pending = {task.remote(job): key for key, job in jobs.items()}
     try:
         _collect(ray, pending, on_done)
-    except KeyboardInterrupt:  # stop the cells still running or queued, here or on the cluster
+    except BaseException:  # interrupted, or on_done could not write: stop the cells still running or queued
         for ref in pending:
             ray.cancel(ref, force=True)
         raise

@@ -156,8 +156,9 @@ def write(out: Path, grid: Grid, chosen: list[str], figure: bool = True, table: 
     """Write sweep.json, sweep.md and (``figure``, when drawable) sweep.png from ``table`` (the rows in the
     grid's order; by default every cell re-read); the rows."""
     table = rows(out, grid, chosen) if table is None else table
-    write_json(out / store.MANIFEST, {"identity": store.identity(grid), "grid": grid.to_json(), "cells": table})
-    write_atomic(out / "sweep.md", markdown(grid, table, chosen))
-    if figure:
-        draw(out / "sweep.png", grid, table, chosen)
+    with store.writing(out):
+        write_json(out / store.MANIFEST, {"identity": store.identity(grid), "grid": grid.to_json(), "cells": table})
+        write_atomic(out / "sweep.md", markdown(grid, table, chosen))
+        if figure:
+            draw(out / "sweep.png", grid, table, chosen)
     return table

@@ -9,8 +9,10 @@ refused. Adding values to an axis is the same sweep, extended: its finished cell
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
+from typing import Iterator
 
 from attnlab.core.errors import UsageError
 from attnlab.core.io import staged_dir, write_atomic, write_json
@@ -33,9 +35,35 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
+@contextlib.contextmanager
+def writing(out: Path) -> Iterator[None]:
+    """A folder this process cannot read or write (read-only, someone else's, a full disk) is one line naming
+    it, not a traceback."""
+    try:
+        yield
+    except OSError as e:
+        raise UsageError(f"cannot write the sweep's folder --out {out} ({e.strerror or e}): give --out a folder "
+                         "you can write to") from None
+
+
 def claim_dir(out: Path, grid: Grid) -> Path:
-    """Make ``out`` this sweep's folder, or refuse (one line) if it holds anything else."""
+    """Make ``out`` this sweep's folder, or refuse (one line) if it holds anything else or cannot be written;
+    a refused folder is left as it was."""
     out = Path(out).expanduser().absolute()
+    created: list[Path] = []
+    try:
+        with writing(out):
+            created = [p for p in (out, *out.parents) if not p.exists()]  # innermost first
+            _claim(out, grid)
+    except UsageError:
+        for p in created:  # only folders made here, and only if still empty
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        raise
+    return out
+
+
+def _claim(out: Path, grid: Grid) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file: give a folder path")
     if out.is_dir() and any(out.iterdir()):
@@ -49,8 +77,9 @@ def claim_dir(out: Path, grid: Grid) -> Path:
                              f"{diff}): choose another folder, or repeat that sweep's command to resume it")
     else:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / MANIFEST, {"identity": identity(grid), "grid": grid.to_json(), "cells": []})
-    return out
+        manifest = {"identity": identity(grid), "grid": grid.to_json(), "cells": []}
+    # written (again, unchanged, when resuming) before any cell runs: an unwritable folder is said now
+    write_json(out / MANIFEST, manifest)
 
 
 def cell_dir(out: Path, cell: Cell) -> Path:
@@ -66,7 +95,7 @@ def is_complete(out: Path, cell: Cell) -> bool:
 def place(out: Path, cell: Cell, files: dict[str, bytes], seconds: float) -> Path:
     """Write a finished cell's files into its folder, all at once."""
     target = cell_dir(out, cell)
-    with staged_dir(target) as stage:
+    with writing(out), staged_dir(target) as stage:
         for rel, data in files.items():
             path = stage / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,8 +107,9 @@ def place(out: Path, cell: Cell, files: dict[str, bytes], seconds: float) -> Pat
 
 def record_failure(out: Path, cell: Cell, outcome: dict) -> None:
     """A failed cell leaves its error beside the cells (not a cell folder: a re-run tries it again)."""
-    (out / "failed").mkdir(exist_ok=True)
-    write_atomic(out / "failed" / f"{cell.folder}.txt", f"{outcome['error']}\n\n{outcome.get('traceback', '')}")
+    with writing(out):
+        (out / "failed").mkdir(exist_ok=True)
+        write_atomic(out / "failed" / f"{cell.folder}.txt", f"{outcome['error']}\n\n{outcome.get('traceback', '')}")
 
 
 def failure(out: Path, cell: Cell) -> str | None:
