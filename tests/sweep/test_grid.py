@@ -123,7 +123,7 @@ def test_every_sweep_example_resolves_to_cells(where):
 
     from attnlab.cli import build_parser
     from attnlab.experiments import runner
-    from attnlab.experiments.cli import parse_overrides
+    from attnlab.experiments.config import parse_overrides
     from attnlab.sweep.cli import EPILOG
 
     text = EPILOG if where == "--help" else (Path(__file__).parents[2] / "README.md").read_text()

@@ -61,19 +61,10 @@ def cmd_list(args) -> int:
     return 0
 
 
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set sgd.steps=50")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def cmd_reproduce(args) -> int:
     from attnlab.experiments import registry, runner
     from attnlab.experiments.claims import describe, tally
+    from attnlab.experiments.config import parse_overrides
 
     if args.list:
         for exp in registry.load_all().values():

@@ -114,3 +114,14 @@ def _present(cls: type, name: str) -> dict[str, Any]:
     """The default value of nested dataclass field ``name``, flattened (so overrides keep
     the experiment's own defaults for that sub-config, not the sub-config class's)."""
     return flatten(getattr(cls(), name))
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` strings (reproduce, sweep) -> {key: value text}; one line for a malformed one."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set sgd.steps=50")
+        out[key.strip()] = value.strip()
+    return out

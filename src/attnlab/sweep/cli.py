@@ -80,7 +80,7 @@ def cmd_sweep(args) -> int:
     from tqdm.auto import tqdm
 
     from attnlab.experiments import registry, runner
-    from attnlab.experiments.cli import parse_overrides
+    from attnlab.experiments.config import parse_overrides
     from attnlab.sweep import engine, report, store
     from attnlab.sweep.grid import make_grid
 

@@ -18,9 +18,8 @@ import numpy as np
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.train.exp_fig7 import WordLevelConfig, setup_text
 from attnlab.train.plots import depth_entropy_figure, layer_entropy
-from attnlab.train.runs import sweep_depths
+from attnlab.train.runs import WordLevelConfig, setup_text, sweep_depths
 from attnlab.train.trainer import TrainConfig
 
 PAPER_BEST_VALID = {1: 5.357, 2: 5.255, 5: 5.169, 10: 5.110}  # WikiText-2, mean of 3 seeds (train split)

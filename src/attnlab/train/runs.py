@@ -6,12 +6,39 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.core.errors import ConfigError
 from attnlab.data.sources import read_corpus
 from attnlab.data.vocab import Vocab, basic_english
 from attnlab.train.trainer import TrainConfig, Trainer
 from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
 
 Runs = dict[int, tuple[list[dict], dict]]  # depth -> (metrics lines, attention snapshots)
+
+
+@dataclass(frozen=True)
+class WordLevelConfig:
+    """What the real-text experiments (``scansnap-fig7``, ``joma-wikitext``) share: word-level data
+    and tutorial transformers of several depths; each sets its own defaults and training."""
+
+    train: str = "wikitext-2/valid.txt"  # stands in for the unavailable train split
+    valid: str = "wikitext-2/test.txt"
+    max_vocab: int = 0  # 0: every training word type
+    layers: tuple[int, ...] = (1, 3)
+    dropout: float = 0.3
+    lr: float = 5.0
+
+    def __post_init__(self):
+        if not self.layers or min(self.layers) < 1:
+            example = ",".join(map(str, type(self).layers))  # the experiment's own default
+            raise ConfigError(f"layers={self.layers}: give layer counts >= 1, e.g. layers={example}")
+        if self.max_vocab < 0:
+            raise ConfigError(f"max_vocab={self.max_vocab}: use 0 (no limit) or a positive size")
+
+
+def setup_text(tcfg: TrainConfig) -> str:
+    """The training setup the report names, from the TrainConfig the runs used."""
+    return f"clip {tcfg.clip:g}, batch {tcfg.batch_size} x bptt {tcfg.bptt}"
+
 
 
 def load_wordlevel(train: str, valid: str, max_vocab: int):
