@@ -115,9 +115,9 @@ def _examples(text: str) -> list[list[str]]:
     return [shlex.split(line.split("#")[0])[1:] for line in joined.splitlines() if line.strip().startswith("attnlab sweep")]
 
 
-@pytest.mark.parametrize("where", ["--help", "README.md"])
+@pytest.mark.parametrize("where", ["--help", "docs/sweeps.md"])
 def test_every_sweep_example_resolves_to_cells(where):
-    """Each example of `attnlab sweep --help` and of the README parses and every one of its cells resolves
+    """Each example of `attnlab sweep --help` and of docs/sweeps.md parses and every one of its cells resolves
     (as the command checks before starting Ray): a wrong key or value in an example fails here."""
     from pathlib import Path
 
@@ -126,7 +126,7 @@ def test_every_sweep_example_resolves_to_cells(where):
     from attnlab.experiments.config import parse_overrides
     from attnlab.sweep.cli import EPILOG
 
-    text = EPILOG if where == "--help" else (Path(__file__).parents[2] / "README.md").read_text()
+    text = EPILOG if where == "--help" else (Path(__file__).parents[2] / "docs" / "sweeps.md").read_text()
     examples = _examples(text)
     assert len(examples) >= 4
     for argv in examples:
