@@ -11,8 +11,10 @@ Checkpoints are standard folders (config.json + model.safetensors + tokenizer fi
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -26,9 +28,8 @@ from attnlab.core.errors import ConfigError, UsageError, first_line
 from attnlab.core.io import staged_dir
 from attnlab.core.metrics import position_norm_ratio
 from attnlab.models import arch
+from attnlab.models import variants
 from attnlab.models.variants import VariantLlamaConfig, VariantLlamaForCausalLM, sink_token_id
-
-hf_logging.disable_progress_bar()  # a "Loading weights" bar on every from_pretrained drowns our own
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,22 @@ def build_llama(cfg: LlamaLMConfig) -> CausalLM:
     return CausalLM(VariantLlamaForCausalLM(hf) if isinstance(hf, VariantLlamaConfig) else LlamaForCausalLM(hf))
 
 
+@contextmanager
+def _no_loading_bar() -> Iterator[None]:
+    """transformers' "Loading weights" bar off for one load (on every from_pretrained it drowns our own
+    progress), then as it was: the switch is process-wide, so it is not left flipped."""
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def causal_lm_config(path: str | Path, hint: str = ""):
     """The config of a local model folder, or a one-line error if it is not a causal LM."""
+    variants.register()  # an attnlab_llama folder (a run's model/) is then one transformers knows
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as e:  # noqa: BLE001 - an unreadable or unknown config surfaces as many exception types
@@ -174,7 +189,8 @@ def load_causal_lm(path: str | Path) -> CausalLM:
                          "(e.g. the model/ folder of an attnlab train run)")
     causal_lm_config(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
+        with _no_loading_bar():
+            model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - missing or corrupt weights surface as many exception types
         raise UsageError(f"model {path}: cannot load its weights ({first_line(e)})") from None
     return CausalLM(model)

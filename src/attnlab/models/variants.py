@@ -2,8 +2,9 @@
 a transformers model that saves and reloads with it.
 
 ``attnlab_llama`` is a Llama whose config carries ``attention_variant`` (and, for ``sink-token``,
-``sink_token_id``), registered with ``AutoConfig`` and ``AutoModelForCausalLM`` when this module is
-imported, so ``from_pretrained`` on a run's model/ folder rebuilds the same variant. Its attention
+``sink_token_id``). :func:`register` (idempotent; :func:`attnlab.models.causal_lm.load_causal_lm` calls
+it) makes it known to ``AutoConfig`` and ``AutoModelForCausalLM``, so ``from_pretrained`` on a run's
+model/ folder rebuilds the same variant; importing this module changes nothing of transformers'. Its attention
 module adds what the variant learns -- ``sinks`` (H,) for sink-logit (a zero buffer for softmax1:
 the off-by-one is a sink logit fixed at 0, saved with the weights), ``gate`` (d_model -> H) for gated -- and every attention
 function it runs under reads them. Under transformers' own names the module picks ours: ``sdpa``
@@ -121,25 +122,14 @@ class VariantLlamaForCausalLM(LlamaForCausalLM):
             module.sinks.data.zero_()  # a learned sink logit starts at softmax1's 0
 
 
-def is_variant(model: nn.Module) -> bool:
-    return getattr(model.config, "model_type", None) == MODEL_TYPE
-
-
-def variant_of(model: nn.Module) -> str:
-    """The model's attention variant (``softmax`` for any plain transformers model)."""
-    return getattr(model.config, "attention_variant", "softmax")
-
-
 def sink_token_id(model: nn.Module) -> int | None:
     """The learnable sink token's id, for a sink-token model; None otherwise."""
     return getattr(model.config, "sink_token_id", None)
 
 
 def register() -> None:
-    """Make the variant model loadable by the Auto classes (idempotent)."""
+    """Make the variant model loadable by the Auto classes (idempotent): called where a folder is loaded,
+    not at import, so importing attnlab leaves transformers' registries as they were."""
     if MODEL_TYPE not in CONFIG_MAPPING:
         AutoConfig.register(MODEL_TYPE, VariantLlamaConfig)
         AutoModelForCausalLM.register(VariantLlamaConfig, VariantLlamaForCausalLM)
-
-
-register()

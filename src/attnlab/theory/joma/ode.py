@@ -42,11 +42,6 @@ def linear_rhs(v: np.ndarray, delta: np.ndarray, scale: float = 2.0) -> np.ndarr
     return delta * np.exp(v * v / scale)
 
 
-def linear_jac_diag(v: np.ndarray, delta: np.ndarray, scale: float = 2.0) -> np.ndarray:
-    """∂(dv_l/dt)/∂v_l of :func:`linear_rhs`; the Jacobian is diagonal (components decouple)."""
-    return delta * (2.0 * v / scale) * np.exp(v * v / scale)
-
-
 def nonlinear_rhs(v: np.ndarray, mu: np.ndarray, scale: float = 2.0) -> np.ndarray:
     """dv/dt = (μ − v) ∘ exp(v²/scale) (Theorems 3-4, nonlinear activation). v, mu: (..., M)."""
     return (mu - v) * np.exp(v * v / scale)
@@ -188,8 +183,7 @@ def integrate(
     return Trajectory(t, v, False, stats=stats)
 
 
-def integrate_linear(delta, scale: float = 2.0, cap: float = 6.0, rtol: float = 1e-12, atol: float = 1e-14,
-                     t_eval=None) -> Trajectory:
+def integrate_linear(delta, scale: float = 2.0, cap: float = 6.0, rtol: float = 1e-12, atol: float = 1e-14) -> Trajectory:
     """The linear ODE from v = 0 for one Δ (M,), run until a component's |v| reaches ``cap``.
 
     t_end is set past the closed-form blow-up (×1.5) only so the solver has room to reach it;
@@ -200,7 +194,7 @@ def integrate_linear(delta, scale: float = 2.0, cap: float = 6.0, rtol: float = 
         raise ConfigError("delta must be one vector (M,) with at least one non-zero entry, or nothing ever diverges")
     t_end = 1.5 * float(linear_blowup_time(delta, scale))
     return integrate(lambda v: linear_rhs(v, delta, scale), np.zeros_like(delta), t_end,
-                     method="DOP853", rtol=rtol, atol=atol, cap=cap, t_eval=t_eval)
+                     method="DOP853", rtol=rtol, atol=atol, cap=cap)
 
 
 def integrate_nonlinear(mu, v0, t_end: float, scale: float = 2.0, rtol: float = 1e-13, atol: float = 1e-15,
