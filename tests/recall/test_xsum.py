@@ -25,14 +25,32 @@ def test_the_sample_is_seeded_and_keeps_the_file_order(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    (None, "no XSum file"), ("not json\n", "not JSON"), ('{"article": "x"}\n', "summary_gt"),
-    ('["article"]\n', "needs string fields")])
+    (None, "no such file"), ("not json\n", "line 1 is not JSON"),
+    ('{"article": "x"}\n', "line 1 has no string field summary_gt"),
+    ('\n["article"]\n', "line 2 has no string field article or summary_gt"), ("\n \n", "the file is empty"),
+    (b"\x89PNG\r\n\x1a\n\x00\xff", "not UTF-8 text (byte 0)"),
+    ("caf\xe9\n".encode("latin-1"), "not UTF-8 text (byte 3)")])
 def test_bad_files_are_one_clear_error(tmp_path, content, message):
+    """Whatever is wrong with the file, the error names it, the problem, and what the file must be."""
     f = tmp_path / "x.jsonl"
-    if content is not None:
+    if isinstance(content, str):
         f.write_text(content)
-    with pytest.raises(ConfigError, match=message):
+    elif content is not None:
+        f.write_bytes(content)
+    with pytest.raises(ConfigError) as e:
         read_xsum(f, 1)
+    assert str(e.value).startswith(f"{f}: {message};") and "H2O's JSON-lines XSum file" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_binary_data_file_is_one_line_before_any_model_is_loaded(tmp_path, capsys):
+    data = tmp_path / "x.bin"
+    data.write_bytes(bytes(range(256)))
+    code = main(["reproduce", "h2o-xsum", "--quick", "--out", str(tmp_path / "run"), "--set", f"data={data}",
+                 "--set", f"model={tmp_path / 'no-model'}"])  # read first: the missing model is never reached
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"attnlab: error: {data}: not UTF-8 text"), err
+    assert not (tmp_path / "run").exists()
 
 
 def test_rouge_repetition_and_the_stop_sequence():

@@ -34,25 +34,35 @@ class Article:
     reference: str
 
 
+def _not_xsum(path: Path, problem: str) -> ConfigError:
+    return ConfigError(f"{path}: {problem}; --set data= must name H2O's JSON-lines XSum file (xsum_0shot.jsonl: "
+                       f"an object a line with string fields {', '.join(FIELDS)})")
+
+
 def read_xsum(path: Path, n: int, seed: int = 0, max_words: int = 0) -> list[Article]:
     """``n`` articles drawn (seeded) from the file -- among those of at most ``max_words`` words if that is set
-    (the quick mode's short prompts); a missing file or a line without the fields is one error."""
+    (the quick mode's short prompts). A file that is not H2O's (missing, binary, not JSON lines, other fields,
+    empty) is one ConfigError naming it."""
     if not path.is_file():
-        raise ConfigError(f"{path}: no XSum file; give H2O's xsum_0shot.jsonl (JSON lines with fields "
-                          f"{', '.join(FIELDS)}) with --set data=PATH")
+        raise _not_xsum(path, "no such file")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise _not_xsum(path, f"not UTF-8 text (byte {e.start})") from None
     rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            raise ConfigError(f"{path}:{i + 1}: not JSON; each line must be an object with fields "
-                              f"{', '.join(FIELDS)}") from None
-        if not isinstance(row, dict) or any(not isinstance(row.get(f), str) for f in FIELDS):
-            raise ConfigError(f"{path}:{i + 1}: needs string fields {', '.join(FIELDS)} (H2O's xsum_0shot.jsonl)")
+            raise _not_xsum(path, f"line {i + 1} is not JSON") from None
+        if missing := [f for f in FIELDS if not isinstance(row, dict) or not isinstance(row.get(f), str)]:
+            raise _not_xsum(path, f"line {i + 1} has no string field {' or '.join(missing)}")
         if not max_words or len(row["article"].split()) <= max_words:
             rows.append(Article(i, row["article"], row["summary_gt"]))
+    if not any(line.strip() for line in lines):
+        raise _not_xsum(path, "the file is empty")
     if n < 1 or n > len(rows):
         raise ConfigError(f"articles={n}: the file has {len(rows)}" + (f" of at most {max_words} words" if max_words
                           else "") + f"; give 1..{len(rows)}")
