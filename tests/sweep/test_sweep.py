@@ -137,6 +137,62 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(local_ray, tiny, tmp
     assert all(outcome(whole / "cells" / c) == outcome(killed / "cells" / c) for c in cells)
 
 
+@pytest.mark.slow
+def test_a_sweep_killed_by_sigkill_leaves_no_ray_process(tiny, tmp_path):
+    """The local Ray a sweep started stops with it even under kill -9 (its agents would outlive it otherwise)."""
+    from attnlab.sweep import reaper
+
+    out = tmp_path / "sweep"
+    argv = [sys.executable, "-m", "attnlab", "sweep", "streaming-ppl", "--out", str(out), "--workers", "1",
+            "--grid", "budget=8,12,16,20"] + [a for s in tiny for a in ("--set", s)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    deadline = time.time() + 120
+    while not list(out.glob("cells/*/cell.json")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)  # a cell done: Ray is up, a worker runs the next
+    procs = reaper.table()
+    started = reaper.descendants({(proc.pid, procs[proc.pid][1])}, procs) - {(proc.pid, procs[proc.pid][1])}
+    proc.kill()
+    proc.wait()
+    assert len(started) >= 4, started  # the watchdog, gcs_server, raylet, a worker at least
+    deadline = time.time() + 30
+    while (alive := {(p, s) for p, s in started if reaper.table().get(p, (0, None))[1] == s}) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not alive
+
+
+def test_the_watchdog_follows_what_the_driver_starts_and_nothing_else():
+    """One look at a made-up process table: pid -> (parent, start time). The driver 100 had 101 (the user's)
+    before; it starts 102 (gcs), 103 (raylet), which starts 104 (an agent); 1 is init, 300 the watchdog."""
+    from attnlab.sweep.reaper import follow
+
+    before = {(101, "a")}
+    procs = {1: (0, "0"), 100: (1, "d"), 101: (100, "a"), 102: (100, "b"), 103: (100, "c"), 104: (103, "e"),
+             300: (100, "w"), 999: (1, "x")}
+    seen = follow(set(), 100, before, procs, me=300)
+    assert seen == {(102, "b"), (103, "c"), (104, "e")}
+    # the driver SIGKILLed: the kernel killed 102 and 103 with it, 104 went to init; a new process reused pid 102
+    later = {1: (0, "0"), 101: (1, "a"), 102: (1, "y"), 104: (1, "e"), 105: (104, "f"), 300: (1, "w")}
+    assert follow(seen, 100, before, later, me=300) == seen | {(105, "f")}
+
+
+def test_stop_ends_a_process_that_ignores_sigterm_and_spares_a_reused_pid():
+    from attnlab.sweep import reaper
+
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                                 "signal.SIG_IGN); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    stubborn.stdout.readline()  # SIGTERM is ignored from here on
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = reaper.table()[stubborn.pid][1]
+        hit = reaper.stop({(stubborn.pid, start), (bystander.pid, "not its start time")}, grace=0.5)
+        assert hit == {(stubborn.pid, start)}
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL and bystander.poll() is None
+    finally:
+        bystander.kill()
+        stubborn.kill()
+        bystander.wait()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["sweep", "streaming-pl", "--grid", "budget=8"], "did you mean 'streaming-ppl'"),
     (["sweep", "streaming-ppl", "--grid", "budgte=8,16"], "did you mean 'budget'"),

@@ -2,16 +2,20 @@
 
 Ray is imported here only, when a sweep starts: no other command pays for it. Each cell is one Ray
 task asking for ``cpus_per_cell`` CPUs; Ray schedules the tasks over the cluster's CPUs (locally,
-``workers x cpus_per_cell`` of them), and the driver takes each result as it finishes.
+``workers x cpus_per_cell`` of them), and the driver takes each result as it finishes. A Ray started
+here stops with the sweep however the sweep stops, ``kill -9`` included (:mod:`attnlab.sweep.reaper`).
 """
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import subprocess
 from contextlib import contextmanager
 from typing import Callable, Hashable
 
 from attnlab.core.errors import UsageError
+from attnlab.sweep import reaper
 from attnlab.sweep.cell import CellJob, run_cell
 
 INSTALL = "pip install 'attnlab[sweep]'"
@@ -54,18 +58,36 @@ def connect(address: str | None, num_cpus: int) -> Callable[[], None]:
     if ray.is_initialized():  # e.g. a notebook or a test that started Ray: use it, leave it running
         return lambda: None
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
+    # a Ray started here stops with this process, even when it is SIGKILLed (see attnlab.sweep.reaper)
+    watchdog = reaper.start(reaper.children(os.getpid())) if address is None else None
     try:
         if address is None:
-            ray.init(num_cpus=num_cpus, **quiet)
+            ray.init(address="local", num_cpus=num_cpus, **quiet)  # "local": a new instance, never a user's
         else:
             ray.init(address=address, **quiet)
     except Exception as e:  # noqa: BLE001 -- Ray raises ConnectionError, RuntimeError, ValueError... for one cause
+        _release(watchdog)
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         where = f"the Ray cluster at --address {address}" if address else "a local Ray instance"
         fix = "check the address (`ray status` on the head node) or drop --address to run here" if address else \
             "see `ray start --head` to start one by hand"
         raise UsageError(f"cannot start or reach {where} ({first}): {fix}") from None
-    return ray.shutdown
+
+    def disconnect() -> None:
+        ray.shutdown()
+        _release(watchdog)
+
+    return disconnect
+
+
+def _release(watchdog: subprocess.Popen | None) -> None:
+    """Close the watchdog's pipe: it stops what Ray's shutdown left running, and ends."""
+    if watchdog is not None:
+        watchdog.stdin.close()
+        try:
+            watchdog.wait(timeout=2 * reaper.GRACE + 5)
+        except subprocess.TimeoutExpired:
+            pass  # it finishes on its own
 
 
 @contextmanager
