@@ -7,7 +7,7 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.core.errors import ConfigError, MissingResource, UsageError
-from attnlab.sparsity.experiments import SparsityConfig, run_sparsity
+from attnlab.sparsity.experiments import SparsityConfig, run_contextual_sparsity
 from tiny_models import save_hf, texts_and_cache
 
 @pytest.fixture
@@ -76,15 +76,15 @@ def test_uncached_model_is_a_missing_resource_the_demo_skips(tmp_path, monkeypat
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty"))
     ctx = SimpleNamespace(device="cpu", out=tmp_path)
     with pytest.raises(MissingResource):
-        run_sparsity(SparsityConfig(text=str(tmp_path / "t.txt"), calibration=(str(tmp_path / "c.txt"),)), ctx)
+        run_contextual_sparsity(SparsityConfig(text=str(tmp_path / "t.txt"), calibration=(str(tmp_path / "c.txt"),)), ctx)
     text, calibration = texts_and_cache(tmp_path, monkeypatch)
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(MissingResource, match="attnlab models fetch smollm2"):
-        run_sparsity(SparsityConfig(text=str(text), calibration=(str(calibration),)), ctx)
+        run_contextual_sparsity(SparsityConfig(text=str(text), calibration=(str(calibration),)), ctx)
 
 
 def test_calibrating_on_the_evaluation_text_is_refused(setup):
     model, text, _ = setup
     with pytest.raises(ConfigError, match="is the evaluation text"):
-        run_sparsity(SparsityConfig(model=str(model), text=str(text), calibration=(str(text),)),
+        run_contextual_sparsity(SparsityConfig(model=str(model), text=str(text), calibration=(str(text),)),
                      SimpleNamespace(device="cpu"))

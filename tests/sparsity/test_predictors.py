@@ -8,11 +8,12 @@ import torch
 
 from attnlab.core.errors import ConfigError, UsageError
 from attnlab.evals.inputs import load_model
-from attnlab.sparsity import predictors as predictors_mod
+from attnlab.sparsity import predictor_store as store
 from attnlab.sparsity.mlp import SparseMLP, SparsityRecord
 from attnlab.sparsity.predicted import Predicted, PredictedHeads, saved_rule
-from attnlab.sparsity.predictors import (SOURCES, beside_folder, find_beside, load_predictors, new_predictors,
-                                         save_beside, score, train)
+from attnlab.sparsity.predictor_store import (beside_folder, find_beside, load_predictors, save_beside,
+                                             save_predictors)
+from attnlab.sparsity.predictors import SOURCES, new_predictors, score, train
 from attnlab.sparsity.rules import topk_mask
 from tiny_models import V, save_hf, tiny
 
@@ -47,7 +48,7 @@ def test_save_load_round_trip_predicts_the_same(trained, tmp_path):
     model, preds = trained
     x = torch.randn(5, 32)
     for p in preds:
-        q = load_predictors(p.save(tmp_path / p.meta.source), model)
+        q = load_predictors(save_predictors(p, tmp_path / p.meta.source), model)
         assert q.meta == p.meta
         layer = p.meta.layers[-1]
         assert torch.equal(q.logits(x, layer), p.logits(x, layer))
@@ -58,7 +59,7 @@ def test_save_load_round_trip_predicts_the_same(trained, tmp_path):
                                          (dict(), "model fingerprint")])
 def test_loading_for_another_model_is_refused_in_one_line(tmp_path, other, what):
     model = tiny("llama", num_hidden_layers=3)
-    new_predictors(model, "tiny", 8, 0.5, "own").save(tmp_path / "own")
+    save_predictors(new_predictors(model, "tiny", 8, 0.5, "own"), tmp_path / "own")
     another = tiny("llama", seed=1, **{"num_hidden_layers": 3, **other})
     with pytest.raises(UsageError, match=what) as e:
         load_predictors(tmp_path / "own", another)
@@ -144,7 +145,7 @@ def test_saved_beside_the_model_and_reloaded_from_there(tmp_path):
     with pytest.raises(ConfigError, match="no neurons predictors .own, keep 0.25. beside model .*train them first "
                                           "with `attnlab reproduce dejavu"):
         find_beside(str(folder), "neurons", "own", 0.25)
-    new_predictors(model, str(folder), 16, 0.5, "own").save(beside_folder(str(folder), "neurons", "own", 16, 0.5))
+    save_predictors(new_predictors(model, str(folder), 16, 0.5, "own"), beside_folder(str(folder), "neurons", "own", 16, 0.5))
     with pytest.raises(ConfigError, match="ranks 8, 16 are saved .*--predictor-rank"):
         find_beside(str(folder), "neurons", "own", 0.5)
 
@@ -152,18 +153,18 @@ def test_saved_beside_the_model_and_reloaded_from_there(tmp_path):
 def test_an_interrupted_save_leaves_the_previous_predictors_whole(tmp_path, monkeypatch):
     model = tiny("llama")
     p = new_predictors(model, "tiny", 8, 0.5, "own")
-    p.save(tmp_path / "own")
-    before = (tmp_path / "own" / predictors_mod.WEIGHTS).read_bytes()
+    save_predictors(p, tmp_path / "own")
+    before = (tmp_path / "own" / store.WEIGHTS).read_bytes()
 
     def killed(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(predictors_mod, "write_json", killed)
+    monkeypatch.setattr(store, "write_json", killed)
     with torch.no_grad():
         p.w1.mul_(2)
     with pytest.raises(KeyboardInterrupt):
-        p.save(tmp_path / "own")
-    assert (tmp_path / "own" / predictors_mod.WEIGHTS).read_bytes() == before
+        save_predictors(p, tmp_path / "own")
+    assert (tmp_path / "own" / store.WEIGHTS).read_bytes() == before
     assert [f.name for f in tmp_path.iterdir()] == ["own"]  # no half-written folder beside it
 
 
@@ -171,6 +172,7 @@ def test_an_unwritable_model_folder_warns_in_one_line_and_saves_nothing(tmp_path
     folder = save_hf(tmp_path / "m", tokenizer=False)
     (folder / "predictors").write_text("in the way")  # a file where the folder would go (root ignores modes)
     p = new_predictors(tiny("llama"), "tiny", 8, 0.5, "own")
+    capsys.readouterr()  # what saving the model printed (transformers' progress bar)
     for name in (str(folder), "owner/hub-model"):  # a hub id has no folder to save beside
         assert save_beside(p, name) is None
         err = capsys.readouterr().err.strip()
@@ -183,7 +185,7 @@ def test_an_unwritable_model_folder_warns_in_one_line_and_saves_nothing(tmp_path
 def test_a_saved_rule_refuses_another_models_predictors_and_a_wrong_keep(tmp_path, other, what):
     model = tiny("llama")
     for s in SOURCES:
-        new_predictors(model, "tiny", 8, 0.5, s).save(tmp_path / s)
+        save_predictors(new_predictors(model, "tiny", 8, 0.5, s), tmp_path / s)
     another = tiny("llama", **other)
     with pytest.raises(UsageError, match=what) as e:
         saved_rule(another, "x", 0.5, "lookahead", str(tmp_path))

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.models.trace import Trace
-from attnlab.sparsity.cli import result_lines
+from attnlab.sparsity.summary import result_lines
 from attnlab.sparsity.measure import layer_profile, perplexity
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.record import SparsityRecord

@@ -24,16 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.core.errors import ConfigError
-from attnlab.core.plotting import plt
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.models import arch
-from attnlab.sparsity.measure import load_texts, perplexity
+from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
 from attnlab.sparsity.heads import SparseHeads
-from attnlab.sparsity.mlp import SparseMLP
+from attnlab.sparsity.plots import dejavu_figure
 from attnlab.sparsity.predicted import Predicted, PredictedHeads
-from attnlab.sparsity.predictors import (BESIDE, SOURCES, find_beside, load_predictors, new_predictors,
-                                         save_beside, score, train)
+from attnlab.sparsity.predictor_store import BESIDE, find_beside, load_predictors, save_beside, save_predictors
+from attnlab.sparsity.predictors import SOURCES, new_predictors, score, train
 from attnlab.sparsity.rules import Oracle, keep_count
 
 TALK_ORDER = 1  # after contextual-sparsity
@@ -97,7 +96,8 @@ def _load(cfg, model, unit: str, keep: float) -> list:
 def _save(cfg, ctx, preds: list) -> None:
     """Into the run folder, and (``cfg.beside``) beside the model's weights where writable."""
     for p in preds:
-        p.save(Path(ctx.out) / "predictors" / f"{'' if p.meta.unit == 'neurons' else 'heads-'}{p.meta.source}")
+        name = f"{'' if p.meta.unit == 'neurons' else 'heads-'}{p.meta.source}"
+        save_predictors(p, Path(ctx.out) / "predictors" / name)
         if cfg.beside:
             save_beside(p, cfg.model)
 
@@ -123,8 +123,7 @@ def _ppl(model, ids, cfg, ctx, preds) -> dict[str, float]:
             if rule is None:
                 out[name] = perplexity(model, ids, cfg.window, progress=bar)
             else:
-                with SparseMLP(model, rule):
-                    out[name] = perplexity(model, ids, cfg.window, progress=bar)
+                out[name] = sparse_perplexity(model, ids, rule, cfg.window, progress=bar)[0]
     return out
 
 
@@ -216,23 +215,6 @@ def _explained(claims: list, s, mid: list[int], r_own: dict, r_look: dict) -> li
     return [c.because(note) if note and c.status == "fails" else c for c, note in zip(claims, notes + [None] * 9)]
 
 
-def _figures(ctx, s, ppl, keep: float) -> None:
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained", width_ratios=(2.2, 1))
-    for src, style, color in zip(SOURCES, ("o", "s"), ("C0", "C1")):
-        a.plot(s[src]["layers"], s[src]["recall"], style + "-", color=color, ms=3,
-               label=f"{src}: recall at oracle size")
-        a.plot(s[src]["layers"], s[src]["mass"], style + ":", color=color, ms=2, label=f"{src}: |h| mass captured")
-    a.plot(s["own"]["layers"], s["own"]["oracle_mass"], "--", color="grey", lw=0.8, label="oracle: |h| mass")
-    a.axhline(keep, color="grey", lw=0.8, ls="-.", label=f"chance recall ({keep:g})")
-    a.set(xlabel="layer", ylabel="share", ylim=(0, 1.02), title=f"predicting the top {keep:.0%} of neurons")
-    a.legend(fontsize=7)
-    names = list(ppl)
-    b.bar(names, [ppl[n] for n in names], color=["k", "grey", "C0", "C1"])
-    b.set(ylabel="perplexity", title=f"PPL at keep {keep:g}")
-    b.set_ylim(min(ppl.values()) * 0.95, max(ppl.values()) * 1.03)
-    ctx.savefig(fig, "dejavu.png")
-
-
 @register("dejavu", "Deja Vu: low-rank predictors of each token's top MLP neurons (own input vs lookahead): "
           "recall, |h| mass, PPL vs oracle, cost", DejaVuConfig,
           quick={"tokens": 512, "train_tokens": 1536, "window": 256, "epochs": 1, "batch": 32, "rank": 64,
@@ -248,7 +230,7 @@ def run_dejavu(cfg: DejaVuConfig, ctx) -> Result:
         s = score(preds, model, ids, cfg.window, bar)
     ppl = _ppl(model, ids, cfg, ctx, preds)
     cost = preds[0].cost(arch.mlp(model, 0).gate_proj is not None)
-    _figures(ctx, s, ppl, cfg.keep)
+    dejavu_figure(ctx, s, ppl, cfg.keep)
     metrics = {"ppl": ppl, "scores": s, "cost": cost, "train_bce": loss, "predictors": where, "middle_layers":
                list(_middle(n))}
     claims = _claims(cfg, s, ppl, cost, n)

@@ -1,7 +1,8 @@
 """``contextual-sparsity``: how much of a real model's MLP and attention can be dropped per token.
 
-Perplexity on WikiText-2 test against the share of MLP neurons kept, for four rules deciding per token
-and layer which neurons of h = act(gate(x)) · up(x) (the input of down_proj) survive: the oracle (top-k
+Perplexity on WikiText-2 test against the share of MLP neurons kept, for every registered rule that needs
+no trained predictors (attnlab.sparsity.registry), each deciding per token and layer which neurons of
+h = act(gate(x)) · up(x) (the input of down_proj) survive: the oracle (top-k
 of |h|, Deja Vu's contextual sparsity), CATS (threshold |act(gate(x))|), TEAL (threshold |x| entering
 the MLP and |h| entering down_proj) and a static set (the same most-active neurons for every token).
 Thresholds and static sets come from a calibration text, never the evaluation one. Also: the per-layer
@@ -23,15 +24,16 @@ from dataclasses import dataclass
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.sparsity.measure import layer_profile, load_texts, perplexity, rule_builder
+from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
 from attnlab.sparsity.similarity import dense_stats
 from attnlab.sparsity.heads import SparseHeads
-from attnlab.sparsity.mlp import SparseMLP
-from attnlab.sparsity.record import SparsityRecord
 from attnlab.sparsity.plots import layer_figure, ppl_figure
+from attnlab.sparsity.registry import RULES, RuleInputs, rule_names
 from attnlab.sparsity.rules import keep_count
 
-RULE_NAMES = ("oracle", "cats", "teal", "static")
+# Every registered rule that a calibration text (or nothing) builds; rules read from a training run's
+# files (Deja Vu's predictors) have their own experiment, dejavu.
+SWEPT = ("nothing", "calibration")
 
 
 @dataclass(frozen=True)
@@ -71,19 +73,19 @@ def _ppl(model, ids, cfg, ctx, label: str) -> float:
 
 def _mlp_curves(model, ids, calib, cfg, ctx, dense: float):
     """rule -> {keep: PPL}, rule -> {keep: share of neurons kept on the test text}, and rule -> the
-    per-layer profile at ``cfg.at``; calibration (one pass per statistic) on ``calib``."""
+    per-layer profile at ``cfg.at``, for every swept rule; calibration (one pass per statistic) on ``calib``."""
     build = {}
-    for name in RULE_NAMES:
-        with ctx.progress(0 if name == "oracle" else calib.numel(), f"calibrate {name}") as bar:
-            build[name] = rule_builder(model, name, calib, cfg.window, bar)
+    for name in rule_names(SWEPT):
+        kind = RULES.get(name)
+        with ctx.progress(calib.numel() if kind.reads == "calibration" else 0, f"calibrate {name}") as bar:
+            build[name] = kind.build(model, RuleInputs(calib, cfg.window, bar))
     curves, kept, profiles = {}, {}, {}
-    for name in RULE_NAMES:
+    for name in build:
         curves[name], kept[name] = {1.0: dense}, {1.0: 1.0}
         for keep in sorted((k for k in cfg.keeps if k < 1.0), reverse=True):
-            record = SparsityRecord()
-            with SparseMLP(model, build[name](keep), record=record):
-                curves[name][keep] = _ppl(model, ids, cfg, ctx, f"{name} {keep:g}")
-            profile = layer_profile(record)
+            with ctx.progress(ids.numel(), f"{name} {keep:g}") as bar:
+                curves[name][keep], profile = sparse_perplexity(model, ids, build[name](keep), cfg.window,
+                                                                progress=bar)
             kept[name][keep] = profile["overall_kept"]
             if keep == cfg.at:
                 profiles[name] = profile
@@ -100,7 +102,7 @@ def _head_curve(model, ids, cfg, ctx, dense: float) -> dict[float, float]:
 
 def _claims(cfg, dense, curves, kept, cos, overlap, heads, n_heads) -> list:
     at = cfg.at
-    o, c, t, s = (curves[r][at] for r in ("oracle", "cats", "teal", "static"))
+    o, c, t, s = curves["oracle"][at], curves["cats"][at], curves["teal"][at], curves["static"][at]  # the claims' rules
     close = check if cfg.close_calls else (lambda claim, measured, *_: finding(claim, measured))
     between = cos.between
     high = float((between > cfg.cosine).float().mean())
@@ -149,7 +151,7 @@ def _summary(cfg, dense, curves, kept, heads, cos, overlap) -> str:
           "vs contextual, cross-layer cosine, on a real model", SparsityConfig,
           quick={"tokens": 512, "calibration_tokens": 512, "window": 256, "keeps": (1.0, 0.5, 0.25),
                  "heads_keeps": (1.0, 0.5), "close_calls": False})
-def run_sparsity(cfg: SparsityConfig, ctx) -> Result:
+def run_contextual_sparsity(cfg: SparsityConfig, ctx) -> Result:
     model, ids, calib = load_texts(cfg.model, cfg.text, cfg.tokens, cfg.calibration, cfg.calibration_tokens,
                                    ctx.device)
     with ctx.progress(ids.numel(), "dense, cosine, overlap") as bar:
@@ -160,7 +162,7 @@ def run_sparsity(cfg: SparsityConfig, ctx) -> Result:
     n_heads = model.config.num_attention_heads
     claims = _claims(cfg, dense, curves, kept, cos, overlap, heads, n_heads)
     ppl_figure(ctx, curves, heads if len(heads) > 1 else {}, dense)
-    layer_figure(ctx, {r: profiles[r] for r in RULE_NAMES}, cfg.at, cos.layer.tolist(), overlap.tolist())
+    layer_figure(ctx, profiles, cfg.at, cos.layer.tolist(), overlap.tolist())
     metrics = {"dense_ppl": dense,
                "ppl": {r: {f"{k:g}": p for k, p in sorted(c.items(), reverse=True)} for r, c in curves.items()},
                "kept": {r: {f"{k:g}": v for k, v in sorted(c.items(), reverse=True)} for r, c in kept.items()},

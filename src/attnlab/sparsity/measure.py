@@ -1,14 +1,16 @@
-"""Measuring contextual sparsity: perplexity, CATS/TEAL calibration, static sets and the per-layer
-profile a SparseMLP run recorded (how alike neighbouring layers and tokens are: ``similarity.py``).
+"""Measuring contextual sparsity: perplexity (dense, and under a rule with the per-layer profile of what
+it kept), calibration of the thresholding rules, static sets, and the builders the rule registry names
+(how alike neighbouring layers and tokens are: ``similarity.py``).
 
 Every measurement is a function of a model; a method is wrapped around it by the caller
-(``with SparseMLP(model, rule): perplexity(model, ids)``). Texts are processed in windows of
+(``with SparseMLP(model, rule): perplexity(model, ids)``, or :func:`sparse_perplexity`). Texts are processed in windows of
 ``window`` tokens, each window its own forward from position 0, and every statistic is accumulated
 as it goes (sums, counts, fixed-bin histograms), so memory does not grow with the text.
 """
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from typing import Callable, Iterator, NamedTuple
 
 import torch
@@ -19,7 +21,11 @@ from attnlab.evals.inputs import load_model, text_ids
 from attnlab.evals.longppl import scored_nll
 from attnlab.models import arch
 from attnlab.models.trace import Trace
-from attnlab.sparsity.rules import CATS, TEAL, Oracle, Rule, Static, topk_mask
+from attnlab.sparsity.heads import SparseHeads
+from attnlab.sparsity.mlp import SparseMLP
+from attnlab.sparsity.record import SparsityRecord
+from attnlab.sparsity.registry import RULES, RuleInputs
+from attnlab.sparsity.rules import Rule, topk_mask
 
 
 def load_texts(name: str, text: str, tokens: int, calibration: tuple[str, ...] = (), calibration_tokens: int = 0,
@@ -78,6 +84,20 @@ def perplexity(model, ids: torch.Tensor, window: int = 512, stride: int | None =
     return math.exp(total / count)
 
 
+def sparse_perplexity(model, ids: torch.Tensor, rule: Rule, window: int = 512, heads_keep: float | None = None,
+                      progress=None) -> tuple[float, dict]:
+    """Perplexity (as :func:`perplexity`) with ``rule`` choosing every MLP's neurons per token (and, given
+    ``heads_keep``, only that share of each token's attention heads kept), and the per-layer profile of
+    what the rule kept (:func:`layer_profile`)."""
+    record = SparsityRecord()
+    with ExitStack() as stack:
+        stack.enter_context(SparseMLP(model, rule, record=record))
+        if heads_keep is not None:
+            stack.enter_context(SparseHeads(model, heads_keep))
+        ppl = perplexity(model, ids, window, progress=progress)
+    return ppl, layer_profile(record)
+
+
 @torch.no_grad()
 def traced_windows(model, ids: torch.Tensor, names: list[str], window: int, progress=None) -> Iterator[Trace]:
     """One forward per non-overlapping window with ``names`` traced; yields the trace after each."""
@@ -125,38 +145,47 @@ class MagnitudeHistogram:
 
 
 class Calibration(NamedTuple):
-    """CATS's or TEAL's histograms on a calibration text; thresholds (and rules) at any keep from one pass."""
+    """A thresholding rule's histograms on a calibration text; thresholds (and rules) at any keep from one pass."""
 
-    kind: str  # "cats" or "teal"
-    hists: dict[str, MagnitudeHistogram]  # "gate" (CATS) or "x" and "h" (TEAL)
+    kind: str  # the rule's registered name ("cats", "teal")
+    hists: dict[str, MagnitudeHistogram]  # one per quantity the rule thresholds ("gate"; "x" and "h")
 
-    def thresholds(self, keep: float) -> dict[int, float] | tuple[dict[int, float], dict[int, float]]:
-        """CATS: {layer: t}; TEAL: ({layer: t_x}, {layer: t_h})."""
-        per = {k: {i: h.threshold(i, keep) for i in range(h.counts.shape[0])} for k, h in self.hists.items()}
-        return per["gate"] if self.kind == "cats" else (per["x"], per["h"])
+    def thresholds(self, keep: float) -> dict[int, float] | tuple[dict[int, float], ...]:
+        """{layer: t} of the one quantity thresholded (CATS), or a tuple of them in ``thresholded``
+        order (TEAL: {layer: t_x}, {layer: t_h})."""
+        per = self._per_quantity(keep)
+        return next(iter(per.values())) if len(per) == 1 else tuple(per.values())
+
+    def _per_quantity(self, keep: float) -> dict[str, dict[int, float]]:
+        return {k: {i: h.threshold(i, keep) for i in range(h.counts.shape[0])} for k, h in self.hists.items()}
 
     def rule(self, keep: float):
-        t = self.thresholds(keep)
-        return CATS(t, keep) if self.kind == "cats" else TEAL(*t, keep=keep)
+        return RULES.get(self.kind).rule_class().calibrated(self._per_quantity(keep), keep)
+
+
+def _quantity(model, i: int, what: str, tr) -> torch.Tensor:
+    """What a threshold applies to at layer i, from a trace of the MLP's input and h: |act(gate(x))|
+    ("gate", CATS), x entering the MLP ("x", TEAL) or h entering the output projection ("h", TEAL)."""
+    x = tr[f"blocks.{i}.mlp.in"]  # (1, W, d)
+    if what == "gate":
+        return gate_values(model, i, x)  # (1, W, d_ff)
+    return x if what == "x" else tr[f"blocks.{i}.mlp.post"]  # (1, W, d) | (1, W, d_ff)
 
 
 def calibration(model, ids: torch.Tensor, kind: str, window: int = 512, progress=None) -> Calibration:
-    """Histograms of |act(gate(x))| (kind "cats") or of |x| entering the MLP and |h| entering its output
-    projection (kind "teal") per layer, over ``ids`` (T,): a calibration text, never the evaluation one."""
-    if kind not in ("cats", "teal"):
-        raise ValueError(f"calibration kind {kind!r}: cats or teal")
+    """Histograms per layer of each quantity the thresholding rule ``kind`` thresholds (its class's
+    ``thresholded``: CATS |act(gate(x))|, TEAL |x| entering the MLP and |h| entering its output
+    projection), over ``ids`` (T,): a calibration text, never the evaluation one."""
+    keys = getattr(RULES.get(kind).rule_class(), "thresholded", ())
+    if not keys:
+        raise ValueError(f"rule {kind!r} has no thresholds to calibrate")
     n = arch.dims(model).n_layers
-    keys = ("gate",) if kind == "cats" else ("x", "h")
     hists = {k: MagnitudeHistogram(n) for k in keys}
-    names = ["blocks.*.mlp.in"] + (["blocks.*.mlp.post"] if kind == "teal" else [])
+    names = ["blocks.*.mlp.in"] + (["blocks.*.mlp.post"] if "h" in keys else [])
     for tr in traced_windows(model, ids, names, window, progress):
         for i in range(n):
-            x = tr[f"blocks.{i}.mlp.in"]  # (1, W, d)
-            if kind == "cats":
-                hists["gate"].add(i, gate_values(model, i, x))  # (1, W, d_ff)
-            else:
-                hists["x"].add(i, x)
-                hists["h"].add(i, tr[f"blocks.{i}.mlp.post"])  # (1, W, d_ff)
+            for k in keys:
+                hists[k].add(i, _quantity(model, i, k, tr))
     return Calibration(kind, hists)
 
 
@@ -189,16 +218,27 @@ def static_sets(model, ids: torch.Tensor, keep: float, window: int = 512) -> dic
     return top_sets(mean_abs_h(model, ids, window), keep)
 
 
+# --------------------------------------------------------------------------- builders (attnlab.sparsity.registry)
+def uncalibrated(rule_cls: type, model, inputs: RuleInputs) -> Callable[[float], Rule]:
+    """A rule that reads nothing before it decides (the oracle): keep -> ``rule_cls(keep)``."""
+    return rule_cls
+
+
+def thresholded(rule_cls: type, model, inputs: RuleInputs) -> Callable[[float], Rule]:
+    """A thresholding rule (CATS, TEAL) calibrated by one pass over ``inputs.calibration``."""
+    return calibration(model, inputs.calibration, rule_cls.name, inputs.window, inputs.progress).rule
+
+
+def most_active(rule_cls: type, model, inputs: RuleInputs) -> Callable[[float], Rule]:
+    """The static rule: per layer the neurons with the largest mean |h| over ``inputs.calibration``."""
+    means = mean_abs_h(model, inputs.calibration, inputs.window, inputs.progress)
+    return lambda keep: rule_cls(top_sets(means, keep), keep)
+
+
 def rule_builder(model, name: str, calib: torch.Tensor | None, window: int = 512,
                  progress=None) -> Callable[[float], Rule]:
-    """keep -> the rule ``name`` at that keep: CATS's and TEAL's thresholds and the static sets come from
-    one pass over ``calib`` (the calibration ids), after which any keep costs nothing."""
-    if name == "oracle":
-        return Oracle
-    if name == "static":
-        means = mean_abs_h(model, calib, window, progress)
-        return lambda keep: Static(top_sets(means, keep), keep)
-    return calibration(model, calib, name, window, progress).rule
+    """keep -> the registered rule ``name`` at that keep, calibrated (where it is) on ``calib``."""
+    return RULES.get(name).build(model, RuleInputs(calib, window, progress))
 
 
 # --------------------------------------------------------------------------- what a sparse run kept

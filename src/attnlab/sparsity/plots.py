@@ -1,6 +1,6 @@
 """Figures of the contextual-sparsity runs: perplexity against the share kept (MLP neurons per rule,
-attention heads), and the per-layer picture (share kept, |h| mass captured, cross-layer cosine,
-consecutive-token overlap)."""
+attention heads), the per-layer picture (share kept, |h| mass captured, cross-layer cosine,
+consecutive-token overlap), the ReLU control's and Deja Vu's predictors'."""
 from __future__ import annotations
 
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
@@ -96,3 +96,22 @@ def relu_figure(ctx, models: dict[str, dict], keep: float, zero_line: float, nam
     b.invert_xaxis()  # sparser to the right
     b.legend(fontsize=7)
     return ctx.savefig(fig, name)
+
+
+def dejavu_figure(ctx, s: dict, ppl: dict[str, float], keep: float) -> str:
+    """dejavu: per layer the predicted sets' recall and |h| mass per source (``s``: source -> scores, left);
+    PPL per run (right)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained", width_ratios=(2.2, 1))
+    for src, style, color in zip(s, ("o", "s"), ("C0", "C1")):
+        a.plot(s[src]["layers"], s[src]["recall"], style + "-", color=color, ms=3,
+               label=f"{src}: recall at oracle size")
+        a.plot(s[src]["layers"], s[src]["mass"], style + ":", color=color, ms=2, label=f"{src}: |h| mass captured")
+    a.plot(s["own"]["layers"], s["own"]["oracle_mass"], "--", color="grey", lw=0.8, label="oracle: |h| mass")
+    a.axhline(keep, color="grey", lw=0.8, ls="-.", label=f"chance recall ({keep:g})")
+    a.set(xlabel="layer", ylabel="share", ylim=(0, 1.02), title=f"predicting the top {keep:.0%} of neurons")
+    a.legend(fontsize=7)
+    names = list(ppl)
+    b.bar(names, [ppl[n] for n in names], color=["k", "grey", "C0", "C1"])
+    b.set(ylabel="perplexity", title=f"PPL at keep {keep:g}")
+    b.set_ylim(min(ppl.values()) * 0.95, max(ppl.values()) * 1.03)
+    return ctx.savefig(fig, "dejavu.png")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -9,7 +10,9 @@ from torch import nn
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
 from attnlab.sparsity.heads import head_inputs, heads_zeroed
-from attnlab.sparsity.predictors import SOURCES, Predictors, find_beside, load_predictors
+from attnlab.sparsity.predictor_store import find_beside, load_predictors
+from attnlab.sparsity.predictors import SOURCES, Predictors
+from attnlab.sparsity.registry import RuleInputs
 from attnlab.sparsity.rules import keep_count, topk_mask
 
 
@@ -24,11 +27,13 @@ class Predicted:
 
     name, needs = "predicted", "input"
 
-    def __init__(self, keep: float, own: Predictors | None = None, lookahead: Predictors | None = None):
+    def __init__(self, keep: float, own: Predictors | None = None, lookahead: Predictors | None = None,
+                 folders: tuple[Path, ...] = ()):
         if own is None and lookahead is None:
             raise UsageError("a Predicted rule needs own-input or lookahead predictors (or both)")
         keep_count(1, keep)
         self.keep, self.own, self.lookahead = keep, own, lookahead
+        self.folders = tuple(folders)  # where they were read from (saved_rule), for the run's record
         self._last: tuple[int, torch.Tensor] | None = None  # (layer, its x), for the next layer's lookahead
 
     def _which(self, layer: int) -> Predictors | None:
@@ -43,6 +48,12 @@ class Predicted:
             raise UsageError(f"no predictor for layer {layer}: train predictors on this model's layers")
         if p.meta.width != width:
             raise UsageError(f"predictor for layer {layer} scores {p.meta.width} {p.meta.unit}, the layer has {width}")
+
+    def report(self, gated: bool = True) -> dict:
+        """What a run records of the predictors: their source, the folders read, rank r and cost."""
+        used = self.lookahead or self.own
+        return {"source": SOURCES[1] if self.lookahead is not None else SOURCES[0],
+                "folders": [str(f) for f in self.folders], "r": used.meta.r, **used.cost(gated)}
 
     def mask(self, values: torch.Tensor, layer: int) -> torch.Tensor:
         """x_i (..., d) -> bool (..., n)."""
@@ -117,4 +128,10 @@ def saved_rule(model: nn.Module, name: str, keep: float, source: str = "lookahea
         if p.meta.keep != keep:
             raise UsageError(f"predictors in {f} were trained for keep {p.meta.keep:g}, not {keep:g}: give keep "
                              f"{p.meta.keep:g} or train predictors for keep {keep:g}")
-    return Predicted(keep, *preds), folders
+    return Predicted(keep, *preds, folders=folders), folders
+
+
+def saved_rules(rule_cls: type, model: nn.Module, inputs: RuleInputs) -> Callable[[float], Predicted]:
+    """The registry's builder of ``predicted``: keep -> the neuron rule read (then, not now) from the saved
+    predictors ``inputs`` name for that keep (see :func:`saved_rule`)."""
+    return lambda keep: saved_rule(model, inputs.model, keep, inputs.source, inputs.predictors, inputs.rank)[0]

@@ -1,4 +1,4 @@
-"""Deja Vu's predictors: per layer a low-rank MLP from x to the top-k neurons (or heads); trained, scored, saved, run.
+"""Deja Vu's predictors: per layer a low-rank MLP from x to the top-k neurons (or heads); built, trained, scored.
 
 Shape: Linear(d -> r, no bias), ReLU, Linear(r -> d_ff): d_ff logits saying which neurons of
 h = act(gate(x)) * up(x) are in the oracle's top-k set by |h|. Deja Vu's code has no activation (a rank-r
@@ -16,27 +16,20 @@ Two sources of the input, per layer i:
 
 Heads likewise (unit "heads", Deja Vu's attention predictor): from the attention input (``attn.in``) to
 the top-k heads by output norm ‖z_h‖ (``attn.z``), run by :class:`PredictedHeads`. The L predictors of a
-source are trained together as stacked tensors (one bmm per step).
-
-Where they live: a run folder (``dejavu`` writes ``OUT/predictors/{own,lookahead,heads-own,heads-lookahead}``)
-and beside the model's weights, ``M/predictors/<unit>-<source>-r<r>-keep<keep>/`` for the model folder M a
-name resolves to (an alias: its cache folder), which ``predictors=beside`` and ``attnlab sparsity --rule
-predicted`` reload. Each set is written aside and renamed into place, so no reader sees half of one.
+source are trained together as stacked tensors (one bmm per step). Saved and loaded by
+:mod:`attnlab.sparsity.predictor_store`; run as rules by :mod:`attnlab.sparsity.predicted`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import sys
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.core.errors import ConfigError, UsageError
-from attnlab.core.io import staged_dir, write_json
+from attnlab.core.errors import UsageError
 from attnlab.models import arch
 from attnlab.models.trace import Trace
 from attnlab.sparsity.rules import keep_count, topk_mask
@@ -44,8 +37,6 @@ from attnlab.sparsity.rules import keep_count, topk_mask
 SOURCES = ("own", "lookahead")
 # what a predictor reads (x) and ranks (|h| per neuron, or a head's output norm ‖z_h‖), per layer i
 UNITS = {"neurons": ("mlp.in", "mlp.post"), "heads": ("attn.in", "attn.z")}
-WEIGHTS, META = "predictors.safetensors", "predictors.json"
-BESIDE = "beside"  # where=BESIDE: the predictors saved beside the model's weights (see beside_folder)
 
 
 def model_fingerprint(model: nn.Module) -> str:
@@ -109,17 +100,6 @@ class Predictors(nn.Module):
         return {"params_per_layer": params, "macs_per_token": macs,
                 "flops_share_of_mlp": macs / ((3 if gated else 2) * m.d * m.d_ff)}
 
-    def save(self, folder: str | Path) -> Path:
-        """Weights and meta into ``folder``, built in a hidden sibling and renamed: whole or not at all."""
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with staged_dir(folder) as stage:
-            save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, str(stage / WEIGHTS))
-            write_json(stage / META, asdict(self.meta))
-        return folder
-
 
 def new_predictors(model: nn.Module, name: str, r: int, keep: float, source: str, unit: str = "neurons") -> Predictors:
     if source not in SOURCES or unit not in UNITS:
@@ -130,83 +110,6 @@ def new_predictors(model: nn.Module, name: str, r: int, keep: float, source: str
     layers = tuple(range(1 if source == "lookahead" else 0, dm.n_layers))
     return Predictors(Meta(name, model_fingerprint(model), dm.n_layers, dm.d_model, dm.d_ff, r, keep, source, layers,
                            unit, dm.n_heads if unit == "heads" else 0))
-
-
-def load_predictors(folder: str | Path, model: nn.Module) -> Predictors:
-    """Predictors saved by :meth:`Predictors.save`; UsageError (one line) when trained for another model."""
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    if not (folder / META).exists():
-        raise UsageError(f"{folder}: no {META} here; train predictors first (attnlab reproduce dejavu)")
-    raw = json.loads((folder / META).read_text())
-    meta = Meta(**{**raw, "layers": tuple(raw["layers"])})
-    dm = arch.dims(model)
-    here = {"layer count": (meta.n_layers, dm.n_layers), "d": (meta.d, dm.d_model), "d_ff": (meta.d_ff, dm.d_ff),
-            "model fingerprint": (meta.fingerprint, model_fingerprint(model)),
-            "heads": (meta.n_heads, dm.n_heads if meta.unit == "heads" else 0)}
-    bad = [f"{k} {a} (saved) vs {b} (this model)" for k, (a, b) in here.items() if a != b]
-    if bad:
-        raise UsageError(f"predictors in {folder} were trained for another model ({meta.model}): {'; '.join(bad)}; "
-                         "train them on this one")
-    p = Predictors(meta)
-    p.load_state_dict(load_file(str(folder / WEIGHTS)))
-    return p.eval()
-
-
-# --------------------------------------------------------------------------- beside the model's weights
-def model_folder(name: str) -> Path | None:
-    """The folder the model ``name`` loads from (an alias: its cache folder); None for a hub id (no folder)."""
-    from attnlab.models.pretrained import resolve_model
-
-    target = resolve_model(name)
-    return target if isinstance(target, Path) else None
-
-
-def beside_folder(name: str, unit: str, source: str, r: int, keep: float) -> Path:
-    """``M/predictors/<unit>-<source>-r<r>-keep<keep>``: where the predictors of model ``name`` are kept."""
-    folder = model_folder(name)
-    if folder is None:
-        raise ConfigError(f"model {name} is a hub id, not a folder: no predictors are kept beside it; give a "
-                          "model folder, or a predictors folder saved by `attnlab reproduce dejavu`")
-    return folder / "predictors" / f"{unit}-{source}-r{r}-keep{keep:g}"
-
-
-def save_beside(p: Predictors, name: str) -> Path | None:
-    """Also save ``p`` beside the weights of model ``name``; a one-line warning (and None) where that
-    folder cannot be written (a read-only cache, a hub id): the run folder's copy is still there."""
-    m = p.meta
-    try:
-        return p.save(beside_folder(name, m.unit, m.source, m.r, m.keep))
-    except (OSError, UsageError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        print(f"attnlab: warning: predictors not saved beside model {name} ({why}); the run folder keeps "
-              "them", file=sys.stderr)
-        return None
-
-
-def find_beside(name: str, unit: str, source: str, keep: float, r: int | None = None) -> Path:
-    """The saved predictors beside model ``name`` for ``unit``, ``source`` and ``keep`` (and rank ``r``;
-    None: the one rank saved there); ConfigError, one line naming the fix, when there are none or several."""
-    if r is not None:
-        found = [beside_folder(name, unit, source, r, keep)]
-    else:
-        parent = beside_folder(name, unit, source, 0, keep).parent
-        found = sorted(parent.glob(f"{unit}-{source}-r*-keep{keep:g}"), key=lambda f: int(_rank(f)))
-    found = [f for f in found if (f / META).is_file()]
-    if not found:
-        rank = "" if r is None else f" --set rank={r}"
-        raise ConfigError(f"no {unit} predictors ({source}, keep {keep:g}{'' if r is None else f', r {r}'}) "
-                          f"beside model {name}: train them first with `attnlab reproduce dejavu --set model={name}"
-                          f"{rank} --set {'keep' if unit == 'neurons' else 'heads_keep'}={keep:g}`")
-    if len(found) > 1:
-        raise ConfigError(f"predictors of ranks {', '.join(_rank(f) for f in found)} are saved beside model {name} "
-                          f"for keep {keep:g}: choose one (--predictor-rank R)")
-    return found[0]
-
-
-def _rank(folder: Path) -> str:  # "neurons-own-r128-keep0.5" -> "128"
-    return folder.name.rsplit("-r", 1)[1].split("-keep")[0]
 
 
 # --------------------------------------------------------------------------- training data and training

@@ -12,6 +12,11 @@ A rule decides, per token and layer, from what is known when it decides (its ``n
     "static"  the same neurons for every token (``values`` is read for its shape only)
     "input"   a neuron mask (width d_ff) decided from x, before any projection: a predictor (Deja Vu)
 
+A thresholding rule (CATS, TEAL) also names the quantities its thresholds apply to (``thresholded``:
+"gate", "x", "h") and builds itself from calibrated thresholds of each (``calibrated``), so calibration
+(:mod:`attnlab.sparsity.measure`) needs no rule's name. Every rule is registered by name in
+:mod:`attnlab.sparsity.registry` (Deja Vu's predicted rule too, which lives in ``predicted.py``).
+
 Pure: torch and attnlab.core only (import-linter's "pure" contract).
 """
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import ClassVar, Protocol
 import torch
 
 from attnlab.core.errors import UsageError
-from attnlab.core.registry import Registry
+from attnlab.sparsity.registry import RULES
 
 NEEDS = ("h", "gate", "x", "static", "input")
 
@@ -108,9 +113,15 @@ class CATS:
     keep: float | None = None  # the fraction the thresholds were calibrated for (a label)
     name: ClassVar[str] = "cats"
     needs: ClassVar[str] = "gate"
+    thresholded: ClassVar[tuple[str, ...]] = ("gate",)
 
     def __post_init__(self):
         object.__setattr__(self, "thresholds", _thresholds("CATS", self.thresholds))
+
+    @classmethod
+    def calibrated(cls, thresholds: dict[str, dict[int, float]], keep: float) -> "CATS":
+        """From per-layer thresholds of each quantity in ``thresholded``, calibrated to keep ``keep``."""
+        return cls(thresholds["gate"], keep)
 
     def check(self, layer: int, width: int) -> None:
         _per_layer("CATS", self.thresholds, layer, "threshold")
@@ -129,10 +140,15 @@ class TEAL:
     keep: float | None = None
     name: ClassVar[str] = "teal"
     needs: ClassVar[str] = "x"
+    thresholded: ClassVar[tuple[str, ...]] = ("x", "h")
 
     def __post_init__(self):
         object.__setattr__(self, "thresholds_x", _thresholds("TEAL", self.thresholds_x))
         object.__setattr__(self, "thresholds_h", _thresholds("TEAL", self.thresholds_h))
+
+    @classmethod
+    def calibrated(cls, thresholds: dict[str, dict[int, float]], keep: float) -> "TEAL":
+        return cls(thresholds["x"], thresholds["h"], keep=keep)
 
     def check(self, layer: int, width: int) -> None:
         _per_layer("TEAL", self.thresholds_x, layer, "input threshold")
@@ -186,12 +202,8 @@ class Static:
         return self._masks[key].view(*(1,) * (values.dim() - 1), n)
 
 
-RULES: Registry[type] = Registry("sparsity rule", hint="rules are oracle, cats, teal, static "
-                                                       "(see attnlab.sparsity.rules)")
-for _cls in (Oracle, CATS, TEAL, Static):
-    RULES.add(_cls.name, _cls)
-
-
 def make_rule(name: str, *args, **kwargs) -> Rule:
-    """A rule by name (``make_rule("oracle", 0.5)``); an unknown name is one line with the closest."""
-    return RULES.get(name)(*args, **kwargs)
+    """A rule by its registered name (``make_rule("oracle", 0.5)``), from its arguments; an unknown name
+    is one line with the closest. (To build one from a calibration text or saved predictors:
+    ``RULES.get(name).build(model, inputs)(keep)``.)"""
+    return RULES.get(name).rule_class()(*args, **kwargs)

@@ -56,11 +56,3 @@ def decode_speed(model, prompt: torch.Tensor, rule, steps: int) -> dict:
             "dense_ms_per_step": dense_s * 1e3, "sparse_ms_per_step": sparse_s * 1e3,
             "dense_tokens_per_s": 1 / dense_s, "sparse_tokens_per_s": 1 / sparse_s,
             "speedup": dense_s / sparse_s, "top1_agreement": agree}
-
-
-def speed_line(d: dict) -> str:
-    """One result line for a ``decode_speed`` block."""
-    return (f"decode (batch 1, {d['steps']} greedy steps after a {d['prompt_tokens']}-token prompt): dense "
-            f"{d['dense_ms_per_step']:.2f} ms/step ({d['dense_tokens_per_s']:.1f} tok/s), sparse gather "
-            f"{d['sparse_ms_per_step']:.2f} ms/step ({d['sparse_tokens_per_s']:.1f} tok/s): {d['speedup']:.2f}x; "
-            f"its next-token argmax agrees with dense on {d['top1_agreement']:.0%} of steps (dense tokens fed)")
