@@ -23,12 +23,11 @@ from transformers.activations import ACT2FN
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
-from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import ConfigError, UsageError, first_line
 from attnlab.core.io import staged_dir
 from attnlab.core.metrics import position_norm_ratio
-from attnlab.models import arch
-from attnlab.models import variants
+from attnlab.core.variant_names import VARIANTS
+from attnlab.models import arch, variants
 from attnlab.models.variants import VariantLlamaConfig, VariantLlamaForCausalLM, sink_token_id
 
 

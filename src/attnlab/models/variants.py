@@ -25,8 +25,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.llama.modeling_llama import LlamaAttention, apply_rotary_pos_emb
 
 from attnlab.core.attention import eager_attention
-from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import ConfigError
+from attnlab.core.variant_names import VARIANTS
 
 MODEL_TYPE = "attnlab_llama"
 
