@@ -25,6 +25,13 @@ from attnlab.core.plotting import plt
 PART_ONLY = ("policies", "control")  # the settings in which the parts of one split run may differ
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit code 2, as attnlab's own (no usage block before them)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def figure(report: dict, path) -> None:
     """PPL per segment; the stream's PPL over re-computation's on the same sampled tokens (the measure of
     "flat", since stretches of text differ in difficulty); the cache's bytes; the process's memory."""
@@ -169,7 +176,7 @@ def merge(parts: list[Path], out: Path, fail) -> dict:
 
 
 if __name__ == "__main__":  # what million_tokens.py runs after each segment; also `million_tokens.py --redraw`
-    ap = argparse.ArgumentParser(description="Redraw a million_tokens.py run's table and figure from its "
-                                 "million_tokens.json, in a process of its own.")
+    ap = OneLineParser(prog="million_report.py", description="Redraw a million_tokens.py run's table and figure "
+                       "from its million_tokens.json, in a process of its own.")
     ap.add_argument("out", type=Path, help="the run's --out folder")
     redraw(ap.parse_args().out, ap.error)

@@ -50,15 +50,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from attnlab.core.errors import UsageError
 from attnlab.core.io import write_json
-from attnlab.data.sources import CorpusNotFound, read_corpus
+from attnlab.data.sources import read_corpus
 from attnlab.evals.inputs import load_model
 from attnlab.evals.streaming import recompute_nll, stream_nll
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 
 from host import machine, memory_mib  # benchmarks/host.py
-from million_report import merge, redraw  # benchmarks/million_report.py
+from million_report import OneLineParser, merge, redraw  # benchmarks/million_report.py
 
 CHECKPOINT = "checkpoint.pt"  # the caches and rows after the last finished segment
 TEXTS = "kjv/kjv.txt,war-and-peace/warpeace.txt,wikitext-2/test.txt,wikitext-2/valid.txt,tinyshakespeare/input.txt"
@@ -183,8 +184,9 @@ def save(state: dict, report: dict, args) -> None:
                    stdout=subprocess.DEVNULL, check=False)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    ap = OneLineParser(prog="million_tokens.py", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--texts", default=TEXTS, help="corpora, comma-separated, in stream order")
     ap.add_argument("--tokens", type=int, default=1 << 20)
@@ -205,20 +207,50 @@ def main():
     ap.add_argument("--merge", nargs="+", type=Path, metavar="PART",
                     help="join the --out folders of a run split across processes (by --policies, --no-control) "
                          "into one report in --out; stream nothing")
-    args = ap.parse_args()
+    return ap
+
+
+def check(args, fail) -> None:
+    """Everything the command line can get wrong, before a model is loaded or a token streamed."""
+    if args.out.exists() and not args.out.is_dir():
+        fail(f"--out {args.out} is a file: give a folder")
     if args.redraw or args.merge:
-        return redraw(args.out, ap.error) if args.redraw else merge(args.merge, args.out, ap.error)
-    args.policies = [p for p in args.policies.split(",") if p]
+        return
     if not (args.policies or args.control):
-        ap.error("nothing to run: name --policies, or keep the control (drop --no-control)")
+        fail("nothing to run: name --policies, or keep the control (drop --no-control)")
     if not 0 < args.budget < args.check_tokens <= args.tokens or args.segment <= args.budget:
-        ap.error("need 0 < --budget < --check-tokens <= --tokens and --segment > --budget")
+        fail("need 0 < --budget < --check-tokens <= --tokens and --segment > --budget")
+    for flag, value in (("--chunk", args.chunk), ("--samples", args.samples)):
+        if value < 1:
+            fail(f"{flag} {value}: use at least 1")
+    for name in args.policies:
+        try:
+            policy_of(name, args)
+        except UsageError as e:
+            fail(f"--policies {name}: {e}")
+    if not all(names := args.texts.split(",")):
+        fail(f"--texts {args.texts!r}: name one corpus or more, comma-separated, none empty")
+    for name in names:  # read here only to fail now, not after the model has loaded
+        read_corpus(name, "texts", "--texts A,B,...")
+
+
+def main(argv: list[str] | None = None):
+    ap = parser()
+    args = ap.parse_args(argv)
+    args.policies = [p for p in args.policies.split(",") if p]
+    try:
+        check(args, ap.error)
+        if args.redraw or args.merge:
+            return redraw(args.out, ap.error) if args.redraw else merge(args.merge, args.out, ap.error)
+        run(args, ap)
+    except UsageError as e:  # attnlab's own one-line errors: an unknown model, an empty or missing text
+        ap.error(str(e))
+
+
+def run(args, ap) -> None:
     t0 = time.perf_counter()
     model, tok = load_model(args.model)
-    try:
-        ids, source = corpus_ids(tok, args.texts.split(","), args.tokens + 1)
-    except CorpusNotFound as e:
-        ap.error(str(e))
+    ids, source = corpus_ids(tok, args.texts.split(","), args.tokens + 1)
     state = resume(args, model, ap)
     state["history"].append({"from_token": state["done"], "machine": machine(),
                              "date": time.strftime("%Y-%m-%d %H:%M")})
@@ -244,6 +276,7 @@ def main():
     report = report_of(state, source, args)
     save(state, report, args)
     print(json.dumps({k: report[k] for k in ("seconds", "history", "repeated_tokens", "checks")}, indent=1))
+
 
 if __name__ == "__main__":
     main()
