@@ -15,6 +15,7 @@ from attnlab.models.rotary import RopeSpec
 from tiny_models import ARCHS, ROPE_ARCHS as ROPE, V
 
 T = 40
+EVICTING = [n for n in POLICIES.names() if POLICIES.get(n).needs_budget]  # every registered policy that evicts
 
 
 def _policy(name, budget):
@@ -39,7 +40,7 @@ def tokens():
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("positions", ["original", "rolling"])
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", POLICIES.names())
 def test_budget_covering_the_stream_equals_a_plain_forward(tiny_models, arch, positions, policy, tokens):
     model = tiny_models[arch]
     if positions == "rolling" and arch not in ROPE:
@@ -64,7 +65,7 @@ def _masked_attention(masks):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("policy", ["window", "sinks", "h2o", "sinks+h2o"])
+@pytest.mark.parametrize("policy", EVICTING)
 def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(tiny_models, arch, policy, tokens):
     model, budget = tiny_models[arch], 9
     out, seen = _stream(model, PolicyCache(model, _policy(policy, budget), "original"), tokens, record=True)
@@ -107,18 +108,19 @@ def test_h2o_scores_are_attention_column_sums(tiny_models, arch, tokens):
 
 
 @pytest.mark.parametrize("positions", ["original", "rolling"])
-def test_kept_sets_hold_the_sinks_and_the_recent_window(tiny_models, positions, tokens):
+@pytest.mark.parametrize("name", EVICTING)
+def test_kept_sets_hold_the_sinks_and_the_recent_window(tiny_models, positions, name, tokens):
     model = tiny_models["llama"]
-    for name, n_sink in (("sinks", 2), ("sinks+h2o", 2), ("h2o", 0), ("window", 0)):
-        policy = make_policy(name, budget=12, n_sink=2, recent=4 if "h2o" in name else None)
-        cache = PolicyCache(model, policy, positions)
-        _stream(model, cache, tokens)
-        for i in range(len(cache.layers)):
-            kept = cache.kept_positions(i)  # (B, H, S)
-            assert kept.shape[-1] == 12 + 1
-            for must in [*range(n_sink), *range(T - 4, T)]:
-                assert (kept == must).any(-1).all(), (name, must)
-            assert kept.unique(dim=-1).shape[-1] == kept.shape[-1]  # no slot stored twice
+    policy = make_policy(name, budget=12, n_sink=2, recent=4)  # each reads the options it has
+    n_sink, recent = getattr(policy, "n_sink", 0), policy.n_recent(12)
+    cache = PolicyCache(model, policy, positions)
+    _stream(model, cache, tokens)
+    for i in range(len(cache.layers)):
+        kept = cache.kept_positions(i)  # (B, H, S)
+        assert kept.shape[-1] == 12 + 1
+        for must in [*range(n_sink), *range(T - recent, T)]:
+            assert (kept == must).any(-1).all(), (name, must)
+        assert kept.unique(dim=-1).shape[-1] == kept.shape[-1]  # no slot stored twice
 
 
 def test_h2o_evicts_the_lowest_accumulated_score_outside_the_recent_window(tiny_models, tokens):
@@ -186,7 +188,7 @@ def test_batch_rows_are_independent_under_eviction(tiny_models, tokens):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", POLICIES.names())
 def test_generate_runs_every_policy_and_memory_stays_bounded(tiny_models, arch, policy, tokens):
     model = tiny_models[arch]
     positions = "rolling" if arch in ROPE else "original"
@@ -292,7 +294,7 @@ def test_a_stream_met_far_out_is_the_same_stream(tiny_models, arch, tokens):
         ref = model(tokens, position_ids=pos).logits
     out, _ = _stream(model, PolicyCache(model, _policy("full", None), start=start), tokens)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-    for policy in ("sinks", "sinks+h2o"):
+    for policy in (n for n in EVICTING if getattr(_policy(n, 12), "n_sink", 0)):  # the policies that keep sinks
         near, kept_near = _stream(model, PolicyCache(model, _policy(policy, 12), "rolling"), tokens, True)
         far, kept = _stream(model, PolicyCache(model, _policy(policy, 12), "rolling", start=start), tokens, True)
         torch.testing.assert_close(far, near, atol=1e-3, rtol=1e-3)
@@ -302,7 +304,7 @@ def test_a_stream_met_far_out_is_the_same_stream(tiny_models, arch, tokens):
 
 
 @pytest.mark.parametrize("arch", ROPE)
-@pytest.mark.parametrize("policy", ["sinks", "h2o", "sinks+h2o"])
+@pytest.mark.parametrize("policy", EVICTING)
 def test_a_saved_stream_resumes_exactly(tiny_models, arch, policy, tokens):
     """Stop a stream after eviction has begun, save the cache through torch.save, load it into a fresh cache:
     the rest of the stream gives the same logits, bit for bit, as the stream never stopped."""

@@ -131,7 +131,7 @@ class PolicyLayer(CacheLayerMixin):
 
     # -- eviction --------------------------------------------------------------------------------
     def state(self) -> SlotState:
-        return SlotState(pos=self.pos, seen=self.seen, score=self.score, first=self.n_pad)
+        return SlotState(pos=self.pos, seen=self.seen, score=self.score, first=self.n_pad, keys=self.keys)
 
     def _priority(self) -> torch.Tensor:  # (B, H, S); padding goes first
         return self.policy.priority(self.state()).masked_fill(~self.valid, float("-inf"))
