@@ -1,4 +1,7 @@
-"""core.io.staged_dir: a folder built aside replaces its target whole, or leaves it untouched."""
+"""core.io.staged_dir: a folder built aside replaces its target whole, or leaves it untouched; a full disk is
+recognised wherever a library reports it."""
+import errno
+
 import pytest
 
 from attnlab.core import io
@@ -44,3 +47,15 @@ def test_a_failed_last_rename_keeps_the_finished_folder_visibly(tmp_path, monkey
     with io.staged_dir(target) as stage:  # the next build does not clean the kept results away
         (stage / "result.txt").write_text("again")
     assert (kept / "result.txt").exists() and (target / "result.txt").read_text() == "again"
+
+
+def test_disk_refusal_reads_errno_chains_and_rust_messages():
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert io.disk_refusal(full) is full and io.disk_refusal(OSError(errno.ENOENT, "gone")) is None
+    wrapped = RuntimeError("writer failed")
+    wrapped.__context__ = full
+    assert io.disk_refusal(wrapped) is full
+    rust = io.disk_refusal(Exception("Error while serializing: I/O error: No space left on device (os error 28)"))
+    assert isinstance(rust, OSError) and rust.errno == errno.ENOSPC
+    assert io.disk_refusal(Exception("I/O error: not found (os error 2)")) is None
+    assert io.disk_refusal(ValueError("(os error x)")) is None and io.disk_refusal(None) is None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -9,6 +10,32 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+# The disk refusing a write: full, over quota, read-only, a file over the file system's limit. No bug, and
+# the fix (free space, or write elsewhere) is the same wherever in a run the write was.
+DISK_REFUSALS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                 errno.EROFS: "read-only file system", errno.EFBIG: "file too large for its file system"}
+
+
+def disk_refusal(e: BaseException | None) -> OSError | None:
+    """The OSError in ``e``'s chain (itself, its cause or its context) that is the disk refusing a write
+    (:data:`DISK_REFUSALS`), else None: libraries often raise their own error while handling one. Rust
+    extensions (safetensors, tokenizers) raise no OSError but end their message with "(os error N)"."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        code = e.errno if isinstance(e, OSError) else _rust_os_error(str(e))
+        if code in DISK_REFUSALS:
+            return e if isinstance(e, OSError) else OSError(code, os.strerror(code))
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _rust_os_error(message: str) -> int | None:
+    """N from Rust's std::io::Error text "... (os error N)", else None."""
+    _, sep, tail = message.rpartition("(os error ")
+    number = tail.partition(")")[0]
+    return int(number) if sep and number.isdigit() else None
 
 
 def _finite(obj: Any) -> Any:

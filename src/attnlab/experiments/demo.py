@@ -64,7 +64,7 @@ def cmd_demo(args) -> int:
     exps = demo_experiments()
     t0 = time.perf_counter()
     runs, skipped = [], []
-    with runner.staged_output(args.out) as stage:
+    with runner.staged_output(args.out, "demo") as stage:
         for i, exp in enumerate(exps, 1):
             print(f"[demo] {i}/{len(exps)} {exp.name} ({exp.part}) ...", file=sys.stderr, flush=True)
             done = _run_one(exp, stage, device, quick=not args.full)
