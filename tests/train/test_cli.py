@@ -1,11 +1,14 @@
 """`attnlab train`: a run folder, resume and extension, and bad input as one line with exit 2."""
 import argparse
+import errno
 import json
+from pathlib import Path
 
 import pytest
 
 from attnlab import cli
 from attnlab.train import cli as train_cli
+from attnlab.train import folder as train_folder
 
 
 @pytest.fixture
@@ -126,7 +129,7 @@ def test_out_that_cannot_be_written_is_refused_first(corpus, tmp_path, capsys, m
     def denied(*a, **k):  # we run as root, which may write anywhere: simulate a read-only location
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(train_cli.tempfile, "TemporaryFile", denied)
+    monkeypatch.setattr(train_folder.tempfile, "TemporaryFile", denied)
     assert _train(corpus, tmp_path / "ro" / "run", "--steps", "2") == 2
     _assert_one_line(capsys, f"cannot write in {tmp_path} (Permission denied)")
     assert not (tmp_path / "ro").exists()
@@ -224,3 +227,109 @@ def test_an_attention_variant_trains_saves_and_reloads(corpus, tmp_path, capsys,
         tok = load_tokenizer(out / "model")
         assert model.sink_token_id == tok.sink_id == tok.vocab_size - 1 == model.hf.config.vocab_size - 1
         assert SINK not in tok.decode(tok.encode_lines(["the cat sat"]).tolist())
+
+
+# ------------------------------------------------------------------- a full disk, a killed start, folders to keep
+def _refuse_checkpoint(monkeypatch, after: int = 0, exc=None):
+    """checkpoint.pt's write fails (ENOSPC, or ``exc``) once ``after`` checkpoints have been written."""
+    from attnlab.train import trainer
+
+    real, calls = trainer.write_atomic, []
+
+    def write(path, data):
+        calls.append(path)
+        if len(calls) > after:
+            raise exc or OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(trainer, "write_atomic", write)
+
+
+def test_a_full_disk_before_the_first_checkpoint_leaves_nothing(corpus, tmp_path, capsys, monkeypatch):
+    _refuse_checkpoint(monkeypatch)
+    out = tmp_path / "a" / "run"
+    assert _train(corpus, out, "--steps", "2") == 2
+    _assert_one_line(capsys, f"--out {out}: no space left on device: free space or choose another --out")
+    assert list(tmp_path.iterdir()) == [Path(corpus)]  # no half-written run, nor the folder made for it
+    (tmp_path / "mine").mkdir()  # a folder the user made stays, empty
+    assert _train(corpus, tmp_path / "mine", "--steps", "2") == 2
+    assert list((tmp_path / "mine").iterdir()) == []
+
+
+def test_ctrl_c_before_the_first_checkpoint_leaves_nothing(corpus, tmp_path, capsys, monkeypatch):
+    _refuse_checkpoint(monkeypatch, exc=KeyboardInterrupt())
+    assert _train(corpus, tmp_path / "run", "--steps", "2") == 130
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_full_disk_after_a_checkpoint_keeps_the_run_to_resume(corpus, tmp_path, capsys, monkeypatch):
+    _refuse_checkpoint(monkeypatch, after=1)  # the checkpoint at step 2 is written, the one at step 4 is not
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "4") == 2
+    _assert_one_line(capsys, f"--out {out}: no space left on device: the run is kept up to its checkpoint at step "
+                             "2: free space, then add --resume")
+    assert {"config.json", "tokenizer", "metrics.jsonl", "checkpoint.pt"} == {p.name for p in out.iterdir()}
+    monkeypatch.undo()
+    assert _train(corpus, out, "--steps", "4", "--resume") == 0
+    assert [line["step"] for line in _lines(out)] == [0, 2, 4]
+
+
+def _unfinished_start(corpus, out):
+    """What a start killed before its first checkpoint leaves (a finished run, less what comes after it)."""
+    assert _train(corpus, out, "--steps", "2") == 0
+    for name in ("checkpoint.pt", "training.png"):
+        (out / name).unlink()
+    (out / ".checkpoint.pt.tmp-4000000").write_bytes(b"half a checkpoint")  # a kill during its write
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume"]])
+def test_a_start_killed_before_its_first_checkpoint_starts_again(corpus, tmp_path, capsys, resume):
+    """No dead end: the re-run said "add --resume", and --resume said "start without --resume"."""
+    out = tmp_path / "run"
+    _unfinished_start(corpus, out)
+    straight = _lines(out)
+    capsys.readouterr()
+    assert _train(corpus, out, "--steps", "2", *resume) == 0
+    err = capsys.readouterr().err
+    assert f"attnlab train: {out} holds a start that stopped before its first checkpoint: starting again from " \
+           "step 0" in err
+    assert _lines(out) == straight and (out / "checkpoint.pt").is_file()
+
+
+def test_a_killed_start_resumed_with_other_settings_is_refused(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    _unfinished_start(corpus, out)
+    capsys.readouterr()
+    before = _files(out)
+    assert _train(corpus, out, "--steps", "2", "--resume", "--lr", "1") == 2
+    _assert_one_line(capsys, "--lr 5.0 then, 1.0 now")
+    assert _files(out) == before
+    assert _train(corpus, out, "--steps", "2", "--lr", "1") == 0  # without --resume: a new start, nothing lost
+    assert json.loads((out / "config.json").read_text())["lr"] == 1.0
+
+
+def test_folders_a_run_would_lose_files_in_are_refused(corpus, tmp_path, capsys, no_tokenizer):
+    """`attnlab train --out D` overwrote a config.json of the user's in D."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "settings"}')
+    dejavu = tmp_path / "dejavu"
+    (dejavu / "predictors").mkdir(parents=True)
+    (dejavu / "config.json").write_text('{"experiment": "dejavu"}')
+    (dejavu / "metrics.json").write_text('{"experiment": "dejavu"}')
+    finished = tmp_path / "finished"  # a run whose checkpoint.pt was deleted to save space: model/ stays
+    (finished / "model").mkdir(parents=True)
+    (finished / "config.json").write_text('{"command": "train"}')
+    (finished / "training.png").write_bytes(b"\x89PNG")
+    for out, extra, fragment in [
+        (mine, [], f"--out {mine} already holds other files: choose an empty or new folder"),
+        (dejavu, [], f"--out {dejavu} holds a `dejavu` run (its predictors/ would be lost), which only another "
+                     "`dejavu` run may replace: choose another folder"),
+        (finished, [], "holds a train run with no checkpoint.pt to resume (its model/, training.png would be lost)"),
+        (finished, ["--resume"], "(its model/, training.png would be lost)"),
+        (tmp_path / "new", ["--resume"], f"--resume: {tmp_path / 'new'} holds no run; start without --resume"),
+    ]:
+        before = _files(tmp_path)
+        assert _train(corpus, out, "--steps", "2", *extra) == 2, out
+        _assert_one_line(capsys, fragment)
+        assert _files(tmp_path) == before

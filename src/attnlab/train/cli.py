@@ -12,17 +12,21 @@ line per tracked step), checkpoint.pt, training.png (entropy per layer, losses, 
 and, for Hugging Face models, model/: a standard checkpoint folder (config + safetensors +
 tokenizer) that ``AutoModelForCausalLM.from_pretrained`` loads. ``--resume`` continues a run that
 was stopped (or extends a finished one to a larger ``--steps``) and refuses a folder written with
-other settings. Nothing in an existing folder is touched before the input is checked.
+other settings. A start stopped before its first checkpoint has nothing to resume: the same command,
+with or without ``--resume``, starts it again. Nothing in an existing folder is touched before the
+input is checked; a folder holding other files or another experiment's run is refused; a failed start
+(a full disk, Ctrl-C) removes what it wrote, and a run that fails later keeps its last checkpoint.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
+import sys
 from pathlib import Path
 
-from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import UsageError
+from attnlab.core.io import write_json
+from attnlab.core.variant_names import VARIANTS
+from attnlab.train.folder import check_out, check_resume, remove_start
 
 GROUP = "training"
 
@@ -34,7 +38,6 @@ ARCH_FLAGS = ("layers", "heads", "kv_heads", "d_model", "d_ffn", "dropout", "max
               "attention")
 LLAMA_ONLY = ("kv_heads", "max_len", "rope_theta", "act", "attention")
 ACTS = ("silu", "relu", "gelu")  # the MLP gate's activation (transformers' hidden_act names)
-RESUME_FREE = ("steps", "resume", "device", "out")  # may differ when a run is resumed or extended
 NOT_SETTINGS = ("func", "argv")  # put on args by attnlab.cli: how it was called, not what the run is
 
 
@@ -108,48 +111,11 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_train)
 
 
-add_parser = add_commands  # the old name, until attnlab.cli calls add_commands
-
-
 def _settings(args) -> dict:
     """The run's settings as written to config.json and compared by --resume (paths as strings):
-    every parsed option, less NOT_SETTINGS."""
-    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in NOT_SETTINGS}
-
-
-def _check_out(out: Path, resume: bool) -> None:
-    """--out names a folder this process can write into (or create), and fits --resume; checked before
-    any text is read or any tokenizer built, and without creating anything."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file: give a folder")
-    if not resume and (out / "metrics.jsonl").exists():
-        raise UsageError(f"--out {out} already holds a run: add --resume to continue it, or pick another folder")
-    if resume and not (out / "checkpoint.pt").is_file():
-        raise UsageError(f"--resume: {out} has no checkpoint.pt; start without --resume")
-    base = out.expanduser().absolute()
-    while not base.exists():  # the nearest existing folder: where mkdir will start
-        base = base.parent
-    if not base.is_dir():
-        raise UsageError(f"--out {out}: {base} is a file, so no folder can be made under it; give another path")
-    try:
-        with tempfile.TemporaryFile(dir=base):  # a real write: permission bits say nothing to root or read-only mounts
-            pass
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot write in {base} ({e.strerror or e}); give a folder you can write to") \
-            from None
-
-
-def _check_resume(out: Path, settings: dict) -> None:
-    """A resumed run must use the settings it was started with (all but RESUME_FREE)."""
-    try:
-        saved = json.loads((out / "config.json").read_text())
-    except (OSError, ValueError):
-        raise UsageError(f"--resume: {out}/config.json is missing or unreadable; start a new run folder") from None
-    diff = [f"--{k.replace('_', '-')} {saved.get(k)!r} then, {v!r} now" for k, v in settings.items()
-            if k not in RESUME_FREE and saved.get(k) != v]
-    if diff:
-        raise UsageError(f"--resume: {out} was written by a different config ({'; '.join(diff)}); resume with "
-                         "the same settings or start a new run folder")
+    every parsed option, less NOT_SETTINGS; "command": "train" marks the folder as a train run."""
+    parsed = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in NOT_SETTINGS}
+    return {**parsed, "command": "train"}
 
 
 def _check_model_args(args) -> None:
@@ -222,7 +188,7 @@ def _read_splits(args) -> tuple[list[str], list[str] | None]:
     return train_lines, valid_lines
 
 
-def _model_and_tokenizer(args, train_lines: list[str]):
+def _model_and_tokenizer(args, train_lines: list[str], resume: bool):
     """(model, tokenizer): a resumed run's own tokenizer, a loaded --model folder or a new model."""
     from attnlab.models.tokenizer import load_tokenizer, make_tokenizer
 
@@ -231,7 +197,7 @@ def _model_and_tokenizer(args, train_lines: list[str]):
         from attnlab.models.causal_lm import load_causal_lm
 
         loaded = load_causal_lm(args.model)
-    if args.resume:  # the run's own tokenizer, whatever the text would give now
+    if resume:  # the run's own tokenizer, whatever the text would give now
         tokenizer = load_tokenizer(args.out / "tokenizer")
     else:
         spec = args.tokenizer or {"tutorial": "word", "llama": "bpe"}.get(args.model, args.model)
@@ -245,32 +211,46 @@ def _model_and_tokenizer(args, train_lines: list[str]):
 
 
 def cmd_train(args) -> int:
-    from attnlab.experiments.runner import check_device
+    from attnlab.experiments.runner import check_device, refused_write
     from attnlab.train.plots import training_figure
     from attnlab.train.trainer import Trainer
 
     device = check_device(args.device)
     out: Path = args.out
-    _check_out(out, args.resume)
+    resume = check_out(out, args.resume)
     _check_model_args(args)
     cfg = _train_config(args)
     settings = _settings(args)
     if args.resume:  # before any text is read or tokenizer built: a changed setting is the first thing to fix
-        _check_resume(out, settings)
+        check_resume(out, settings)
     train_lines, valid_lines = _read_splits(args)
-    model, tokenizer = _model_and_tokenizer(args, train_lines)
+    model, tokenizer = _model_and_tokenizer(args, train_lines, resume)
     trainer = Trainer(model, tokenizer.encode_lines(train_lines),
                       None if valid_lines is None else tokenizer.encode_lines(valid_lines), cfg, out, device)
-    if not args.resume:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
-        tokenizer.save(out / "tokenizer")
-    lines = trainer.fit(resume=args.resume)
-    training_figure(lines, trainer.snapshots, out / "training.png", f"{args.model} on {args.train}")
-    saved = ""
-    if hasattr(model, "save_pretrained"):
-        folder = model.save_pretrained(out / "model", tokenizer)
-        saved = f"; Hugging Face checkpoint: {folder} (AutoModelForCausalLM.from_pretrained)"
+    if not resume and out.is_dir() and any(out.iterdir()):
+        print(f"attnlab train: {out} holds a start that stopped before its first checkpoint: starting again "
+              "from step 0", file=sys.stderr)
+    made = [p for p in (out.absolute(), *out.absolute().parents) if not p.exists()]  # innermost first
+    try:
+        if not resume:
+            out.mkdir(parents=True, exist_ok=True)
+            write_json(out / "config.json", settings)
+            tokenizer.save(out / "tokenizer")
+        lines = trainer.fit(resume=resume)
+        training_figure(lines, trainer.snapshots, out / "training.png", f"{args.model} on {args.train}")
+        saved = ""
+        if hasattr(model, "save_pretrained"):
+            folder = model.save_pretrained(out / "model", tokenizer)
+            saved = f"; Hugging Face checkpoint: {folder} (AutoModelForCausalLM.from_pretrained)"
+    except BaseException as e:
+        step = trainer.checkpoint_step
+        if not resume and step is None:  # nothing to resume: a start that failed leaves nothing behind
+            remove_start(out, made)
+        fix = (f"the run is kept up to its checkpoint at step {step}: free space, then add --resume"
+               if step is not None else "")
+        if (line := refused_write(e, out.absolute(), fix)) is None:
+            raise
+        raise UsageError(line) from None
     last = lines[-1]
     valid = f", valid loss {last['valid_loss']:.3f}" if "valid_loss" in last else ""
     print(f"attnlab train: {last['step']} steps, train loss {last['train_loss']:.3f}{valid}; "

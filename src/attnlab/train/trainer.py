@@ -138,6 +138,7 @@ class Trainer:
         self.step = 0
         self.loss_acc = [0.0, 0]  # training-loss sum and count since the last metrics line
         self.snapshots: dict[int, list[torch.Tensor]] = {}
+        self.checkpoint_step: int | None = None  # the step of the run's checkpoint.pt, once there is one
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -165,6 +166,7 @@ class Trainer:
         buf = io.BytesIO()
         torch.save(state, buf)
         write_atomic(self.run_dir / "checkpoint.pt", buf.getvalue())  # a kill never leaves half a checkpoint
+        self.checkpoint_step = self.step
 
     def load_checkpoint(self) -> None:
         """Restore model, optimiser, step and RNG states; cut metrics.jsonl back to the checkpoint's step."""
@@ -179,6 +181,7 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         self.gen.set_state(state["window_rng"])
         self.step, self.snapshots, self.loss_acc = state["step"], state["snapshots"], list(state["loss_acc"])
+        self.checkpoint_step = self.step
         # drop metric lines written after the checkpoint: the resumed run writes them again
         write_atomic(self.run_dir / "metrics.jsonl", "".join(line + "\n" for line in kept))
 
