@@ -7,11 +7,12 @@ costs plus what the probe keeps per token (e.g. one float per key for accumulate
 """
 from __future__ import annotations
 
-from typing import ClassVar, Iterable
+from typing import Any, ClassVar, Iterable
 
 import torch
 from torch import nn
 
+from attnlab.core.errors import UsageError
 from attnlab.core.registry import Registry
 
 
@@ -27,6 +28,10 @@ class Probe:
     # True: reads activations only and wants a long corpus, so it streams in independent windows
     # (``stream(..., window=W)``: linear time, constant memory) rather than the cached stream
     windowed: ClassVar[bool] = False
+    # Each numeric constructor parameter -> its range, checked when the probe is built (:func:`check_bounds`)
+    # and so before any model is loaded: ">= 1", "> 0", "[0, 1]", "(0, 1)", "(0, 1]". A tuple's every
+    # element is checked; None, where a parameter allows it, passes.
+    bounds: ClassVar[dict[str, str]] = {}
 
     def attach(self, model: nn.Module, ids: torch.Tensor) -> None:
         """Called once before the first chunk with the model and the whole text's ids (T,): read dims,
@@ -49,6 +54,27 @@ class Probe:
     def figures(self, metrics: dict, ctx) -> dict[str, str]:
         """Save figures with ``ctx.savefig(fig, file)``; return {file: caption}. Default: none."""
         return {}
+
+
+def within(x: float, bound: str) -> bool:
+    """Whether ``x`` lies in ``bound``: ">= a", "> a", or an interval "[a, b]", "(a, b)", "[a, b)", "(a, b]"."""
+    if bound[0] in "[(":
+        lo, hi = (float(v) for v in bound[1:-1].split(","))
+        return (lo < x if bound[0] == "(" else lo <= x) and (x < hi if bound[-1] == ")" else x <= hi)
+    op, a = bound.split()
+    return x > float(a) if op == ">" else x >= float(a)
+
+
+def check_bounds(probe: Probe, args: dict[str, Any]) -> None:
+    """UsageError naming the first constructor argument outside its probe's ``bounds`` (``args``: the
+    constructor's ``locals()``), e.g. "heavy-hitters: heavy=0: need heavy >= 1"."""
+    for key, bound in type(probe).bounds.items():
+        value = args[key]
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        if not all(v is None or within(v, bound) for v in items):
+            each = "each of " if isinstance(value, (tuple, list)) else ""
+            shown = ",".join(map(str, value)) if each else value
+            raise UsageError(f"{probe.name}: {key}={shown}: need {each}{key} {'in ' * (bound[0] in '[(')}{bound}")
 
 
 def layer_of(name: str) -> int:

@@ -27,7 +27,7 @@ from attnlab.core.errors import UsageError
 from attnlab.core.metrics import CosineSums, attention_entropy
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, layer_of, register
+from attnlab.probes.base import Probe, check_bounds, layer_of, register
 
 
 @register
@@ -38,7 +38,10 @@ class SimilarityProbe(Probe):
     needs = ("blocks.*.resid_pre", "blocks.*.attn.pattern", "blocks.*.resid_post")
     summary = "cross-layer cosine of the residual stream and attention entropy per layer"
 
+    bounds = {"cosine": "[-1, 1]", "cosine_share": "[0, 1]"}
+
     def __init__(self, cosine: float = 0.9, cosine_share: float = 0.5):
+        check_bounds(self, locals())
         self.cosine, self.cosine_share = cosine, cosine_share  # Deja Vu's claim, as attnlab sparsity fixes it
 
     def attach(self, model, ids) -> None:
@@ -122,8 +125,12 @@ class OrthogonalityProbe(Probe):
     needs = ("embed", "blocks.*.resid_post")
     summary = "JoMA's orthogonal embeddings: pairwise cosine of distinct tokens' hidden vectors vs random"
 
+    # baseline: random pairs whose cosines are the yardstick (their spread needs two)
+    bounds = {"pairs": ">= 1", "max_pairs": ">= 1", "baseline": ">= 2", "factor": "> 0", "seed": ">= 0"}
+
     def __init__(self, pairs: int = 512, max_pairs: int = 16384, baseline: int = 4096, factor: float = 2.0,
                  seed: int = 0):
+        check_bounds(self, locals())
         self.per_chunk, self.max_pairs, self.baseline, self.factor, self.seed = pairs, max_pairs, baseline, factor, seed
 
     def attach(self, model, ids) -> None:

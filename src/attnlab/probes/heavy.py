@@ -27,7 +27,7 @@ from attnlab.core.fit import power_law_fit, rank_frequency
 from attnlab.core.metrics import received_attention
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, layer_of, register
+from attnlab.probes.base import Probe, check_bounds, layer_of, register
 
 EPS = 1e-9  # ceil(share · n) without float noise: 0.1 · 30 = 3.0000000000000004 must keep 3 keys
 
@@ -50,16 +50,19 @@ class HeavyHitterProbe(Probe):
     summary = ("H2O's heavy hitters: accumulated attention per key, its power law, the top keys' share of each "
                "row, overlap with sinks and recent keys")
 
-    def __init__(self, shares=(0.05, 0.1, 0.2), n_sink: int = 4, recent: int = 64, heavy: int = 64,
-                 fit_head: float = 0.1, r2_min: float = 0.9, top_share: float = 0.2, top_mass: float = 0.5,
-                 most: float = 0.5, row_stride: int = 1):
+    # n_sink, recent: the heavy hitters counted among the first / last positions (none: no count to report)
+    bounds = {"shares": "(0, 1]", "n_sink": ">= 1", "recent": ">= 1", "heavy": ">= 1", "fit_head": "(0, 1]",
+              "r2_min": "[0, 1]", "top_share": "(0, 1]", "top_mass": "[0, 1]", "most": "[0, 1]", "row_stride": ">= 1"}
+
+    def __init__(self, shares: tuple[float, ...] = (0.05, 0.1, 0.2), n_sink: int = 4, recent: int = 64,
+                 heavy: int = 64, fit_head: float = 0.1, r2_min: float = 0.9, top_share: float = 0.2,
+                 top_mass: float = 0.5, most: float = 0.5, row_stride: int = 1):
+        check_bounds(self, locals())
         self.shares = tuple(float(s) for s in shares)
-        if not self.shares or not all(0 < s <= 1 for s in self.shares):
-            raise UsageError(f"heavy-hitters: shares={shares}: each share of keys must be in (0, 1]")
+        if not self.shares:
+            raise UsageError("heavy-hitters: shares is empty: give the shares of keys, e.g. shares=0.05,0.1,0.2")
         if float(top_share) not in self.shares:
             raise UsageError(f"heavy-hitters: top_share={top_share} must be one of shares={self.shares}")
-        if row_stride < 1:
-            raise UsageError(f"heavy-hitters: row_stride={row_stride}: read every row (1) or every n-th")
         self.row_stride = int(row_stride)  # the top-share reads query rows at positions 0, n, 2n, ...: its top-k
         # costs O(T²) like attention itself, the accumulation O(T) per row (a 16k text: row_stride=8 saves 7/8)
         self.n_sink, self.recent, self.heavy, self.fit_head = int(n_sink), int(recent), int(heavy), float(fit_head)

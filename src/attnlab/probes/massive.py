@@ -14,10 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnlab.core.errors import UsageError
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, layer_of, register
+from attnlab.probes.base import Probe, check_bounds, layer_of, register
 
 LO, HI, WIDTH = -10.0, 6.0, 0.005  # log10 |h| histogram: range and bin width
 BINS = round((HI - LO) / WIDTH)
@@ -43,9 +42,10 @@ class MassiveActivationProbe(Probe):
     needs = ("blocks.*.resid_post",)
     summary = "Sun et al.'s massive activations: the largest |h| per layer over the median, their tokens and channels"
 
-    def __init__(self, entries: int = 10, ratio_min: float = 100.0, delimiters=()):
-        if entries < 1:
-            raise UsageError(f"massive-activations: entries={entries}: keep at least 1 entry per layer")
+    bounds = {"entries": ">= 1", "ratio_min": "> 0", "delimiters": ">= 0"}
+
+    def __init__(self, entries: int = 10, ratio_min: float = 100.0, delimiters: tuple[int, ...] = ()):
+        check_bounds(self, locals())
         self.k = int(entries)  # the largest |h| entries kept per layer
         self.ratio_min = float(ratio_min)  # the claim's threshold, fixed before any run
         self.delimiters = {int(i) for i in delimiters}  # token ids that count as delimiters ('.', '\n', ...)

@@ -45,7 +45,7 @@ from torch import nn
 from attnlab.core.errors import UsageError
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, layer_of, register
+from attnlab.probes.base import Probe, check_bounds, layer_of, register
 
 
 class CoOccurrence:
@@ -103,14 +103,14 @@ class ScanSnapProbe(Probe):
     needs = ("blocks.*.attn.pattern",)
     summary = "Scan&Snap: per-layer rank correlation of attention with PMI(query, key) and key frequency vs shuffles"
 
+    bounds = {"window": ">= 1", "gap": ">= 0", "alpha": ">= 0", "pairs": ">= 1", "max_pairs": ">= 2",
+              "shuffles": ">= 1", "seed": ">= 0", "level": "(0.5, 1)", "lower": "(0, 1]", "share": "[0, 1]"}
+
     def __init__(self, window: int = 8, gap: int | None = None, alpha: float = 1.0, pairs: int = 1024,
                  max_pairs: int = 16384, shuffles: int = 200, seed: int = 0, level: float = 0.99,
                  lower: float = 1 / 3, share: float = 2 / 3):
+        check_bounds(self, locals())
         gap = window if gap is None else gap
-        if window < 1 or gap < 0 or alpha < 0 or pairs < 1 or max_pairs < 2 or shuffles < 1 or not 0.5 < level < 1:
-            raise UsageError(f"scan-snap: window={window}, gap={gap}, alpha={alpha}, pairs={pairs}, max_pairs="
-                             f"{max_pairs}, shuffles={shuffles}, level={level}: need window >= 1, gap >= 0, "
-                             f"alpha >= 0, pairs >= 1, max_pairs >= 2, shuffles >= 1, 0.5 < level < 1")
         self.window, self.gap, self.alpha, self.pairs, self.max_pairs = window, gap, alpha, pairs, max_pairs
         self.shuffles, self.seed, self.level, self.lower, self.share = shuffles, seed, level, lower, share
 

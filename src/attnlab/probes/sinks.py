@@ -34,7 +34,7 @@ from attnlab.core.errors import UsageError
 from attnlab.core.metrics import sink_share
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, layer_of, register
+from attnlab.probes.base import Probe, check_bounds, layer_of, register
 
 
 def chance_share(first: int, n_tokens: int) -> tuple[float, float]:
@@ -50,11 +50,12 @@ class SinkProbe(Probe):
     name = "sinks"
     needs = ("blocks.*.attn.pattern",)
     summary = "attention sinks: share on the first token / first 4, Gu et al.'s sink rate (eps 0.3)"
+    bounds = {"first": ">= 1", "eps": "(0, 1)", "from_layer": ">= 0", "strong_rate": "[0, 1]", "layer_share": "[0, 1]",
+              "above_chance": "> 0", "position_tol": ">= 0"}
 
     def __init__(self, first: int = 4, eps: float = 0.3, from_layer: int = 2, strong_rate: float = 0.5,
                  layer_share: float = 0.5, above_chance: float = 10.0, position_tol: float = 0.2):
-        if first < 1 or not 0 < eps < 1:
-            raise UsageError(f"sinks: first={first}, eps={eps}: need first >= 1 and 0 < eps < 1")
+        check_bounds(self, locals())
         self.first, self.eps, self.from_layer = first, eps, from_layer
         self.strong_rate, self.layer_share, self.above_chance = strong_rate, layer_share, above_chance
         self.position_tol = position_tol

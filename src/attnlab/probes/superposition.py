@@ -19,14 +19,14 @@ lexical: two clusters are contexts that share no nearby informative token, not a
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.claims import finding
 from attnlab.models import arch
-from attnlab.probes.base import Probe, layer_of, register
+from attnlab.probes.base import Probe, check_bounds, layer_of, register
 
 
 def spread_layers(n_layers: int) -> list[int]:
@@ -75,8 +75,12 @@ class SuperpositionProbe(Probe):
     windowed = True  # top contexts over >= 100k tokens: independent windows, no long prefix needed
     summary = "pattern superposition: MLP neurons' top contexts and how many unrelated clusters they form"
 
-    def __init__(self, layers: Sequence[int] | None = None, neurons: int = 3, top: int = 20, window: int = 8,
+    bounds = {"layers": ">= 0", "neurons": ">= 1", "top": ">= 1", "window": ">= 1", "threshold": "[0, 1]",
+              "min_cluster": ">= 1"}
+
+    def __init__(self, layers: tuple[int, ...] | None = None, neurons: int = 3, top: int = 20, window: int = 8,
                  threshold: float = 0.3, min_cluster: int = 3, decode: Callable[[list[int]], str] | None = None):
+        check_bounds(self, locals())
         self.chosen = None if layers is None else sorted(set(int(i) for i in layers))
         if self.chosen is not None:  # trace only these (stream checks the indices against the model)
             self.needs = tuple(f"blocks.{i}.mlp.post" for i in self.chosen)
