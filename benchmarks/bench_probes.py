@@ -32,7 +32,7 @@ def child(args) -> dict:
 
     from attnlab.evals.inputs import load_model, text_ids
     from attnlab.probes.base import make_probes
-    from attnlab.probes.experiments import load_probes
+    from attnlab.probes.run import load_probes
     from attnlab.probes.stream import stream
 
     known = load_probes()

@@ -7,8 +7,8 @@ import transformers
 
 from attnlab.cli import main
 from attnlab.probes.base import PROBES
-from attnlab.probes.cli import ProbeRun
-from attnlab.probes.experiments import load_probes
+from attnlab.probes.configs import ProbeRun
+from attnlab.probes.run import load_probes
 from tiny_models import save_hf, texts_and_cache
 
 
@@ -39,8 +39,10 @@ def test_probe_writes_the_run_contract_and_prints_the_claims(setup, tmp_path, ca
     assert (out / "sinks_heads.png").stat().st_size > 0
     report = (out / "report.md").read_text()
     assert m["command"] in report and "sinks_heads.png" in report
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == len(m["claims"]) and lines[0].startswith(f"[{m['claims'][0]['status']}]")
+    head, *lines = capsys.readouterr().out.strip().splitlines()  # what ran, then a line per claim
+    assert head.startswith(f"{setup[0]} on the first 48 tokens") and "probes: sinks." in head
+    assert lines == [f"[{c['status']}] {c['claim']}: {c['measured']:.4g}" for c in m["claims"]]
+    assert all(f"- {line}" in report for line in lines)
 
 
 def test_no_probes_named_means_every_registered_probe():
@@ -69,6 +71,7 @@ def _no_eager(self, *args, **kwargs):
     (["--probes", "sinks", "--option", "layers=1"], "--option layers: no chosen probe (sinks) takes it"),
     (["--probes", "sinks", "--option", "eps"], "give key=value"),
     (["--probes", "superposition", "--option", "layers=0,9"], "out of range"),
+    (["--probes", "sinks", "--option", "eps=0"], "sinks: eps=0.0: need eps in (0, 1)"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(setup, tmp_path, capsys, monkeypatch, extra, says):
     if extra[-1] == "eager":  # a model whose attention cannot be read
@@ -91,3 +94,38 @@ def test_an_option_reaches_the_probe_that_takes_it(setup, tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["sinks"]["first"] == 2 and m["superposition"]["layers"] == [1]
     assert json.loads((out / "config.json").read_text())["options"] == ["first=2", "layers=1"]
+
+
+@pytest.mark.parametrize("probe, option, says", [
+    ("sinks", "eps=abc", "--option eps=abc: expected a value of type float"),
+    ("sinks", "eps=none", "--option eps=none: expected a value of type float"),
+    ("heavy-hitters", "heavy=abc", "--option heavy=abc: expected a value of type int"),
+    ("massive-activations", "entries=abc", "--option entries=abc: expected a value of type int"),
+    ("orthogonality", "baseline=-1", "orthogonality: baseline=-1: need baseline >= 2"),
+    ("heavy-hitters", "heavy=0", "heavy-hitters: heavy=0: need heavy >= 1"),
+    ("superposition", "neurons=-1", "superposition: neurons=-1: need neurons >= 1"),
+    ("superposition", "window=0", "superposition: window=0: need window >= 1"),
+    ("heavy-hitters", "recent=-1", "heavy-hitters: recent=-1: need recent >= 1"),
+])
+def test_a_bad_option_is_refused_before_any_model_is_loaded(tmp_path, capsys, probe, option, says):
+    """Typed by the constructor's annotation, range-checked by the probe's bounds: one line, exit 2, and
+    before the model is read (this one does not exist)."""
+    out = tmp_path / "runs" / "run"
+    assert main(["probe", "--model", str(tmp_path / "no-such-model"), "--probes", probe, "--option", option,
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"attnlab: error: {says}"] and not (tmp_path / "runs").exists()
+
+
+def test_flags_reach_the_config_by_name():
+    """`attnlab probe`'s flags are ProbeRun's fields: the same config as `attnlab reproduce probe --set ...`."""
+    from attnlab.cli import build_parser
+    from attnlab.experiments.command import config_from_args
+    from attnlab.experiments.config import resolve
+
+    args = build_parser().parse_args(["probe", "--probes", "sinks,heavy-hitters", "--tokens", "300", "--chunk", "64",
+                                      "--option", "shares=0.1,0.2", "--option", "first=2", "--out", "x"])
+    cfg = config_from_args(ProbeRun, args)
+    assert cfg == resolve(ProbeRun, {"probes": "sinks,heavy-hitters", "tokens": "300", "chunk": "64"},
+                          {"options": ("shares=0.1,0.2", "first=2")})
+    assert cfg.options == ("shares=0.1,0.2", "first=2") and cfg.probes == ("sinks", "heavy-hitters")

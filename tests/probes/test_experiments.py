@@ -1,20 +1,19 @@
 """The ``probes`` experiment end to end on a tiny model folder and a made-up text (the real run uses
-SmolLM2 and WikiText-2), its place in the talk, probe discovery, and the model left as it was."""
+SmolLM2 and WikiText-2), its place in the talk and probe discovery (each probe's contract: test_contract.py)."""
 import json
 import pkgutil
 import sys
 
 import pytest
-import torch
 
 import attnlab.probes
 from attnlab.cli import main
 from attnlab.core.errors import UsageError
 from attnlab.experiments import registry
-from attnlab.experiments.runner import RunContext
 from attnlab.probes.base import PROBES
-from attnlab.probes.experiments import MACHINERY, ORDER, ProbesConfig, load_probes, run_probes
-from tiny_models import V, save_hf, texts_and_cache
+from attnlab.probes.experiments import ProbesConfig
+from attnlab.probes.run import MACHINERY, ORDER, load_probes, probe_modules
+from tiny_models import save_hf, texts_and_cache
 
 
 @pytest.fixture
@@ -70,9 +69,11 @@ def test_an_unknown_probe_name_says_did_you_mean():
 
 def test_every_probe_module_is_discovered_and_registered():
     names = load_probes()
-    modules = [i.name for i in pkgutil.iter_modules(attnlab.probes.__path__, "attnlab.probes.")
-               if i.name.rsplit(".", 1)[-1] not in MACHINERY]
+    modules = probe_modules()
+    everything = [i.name.rsplit(".", 1)[-1] for i in pkgutil.iter_modules(attnlab.probes.__path__)]
+    assert {"experiments", "exp_probe"} <= set(everything) and set(MACHINERY) <= set(everything)
     assert "attnlab.probes.sinks" in modules and all(m in sys.modules for m in modules)
+    assert not any(m.rsplit(".", 1)[-1] in ("experiments", "exp_probe", *MACHINERY) for m in modules)
     assert "sinks" in names and len(names) >= len(modules)
 
 
@@ -81,18 +82,6 @@ def test_probes_sit_in_the_talk_between_real_text_and_the_kv_policies():
     assert exps["probes"].part == "probes: inside a pretrained model"
     parts = list(dict.fromkeys(e.part for e in exps.values()))
     assert parts.index("real text") + 1 == parts.index(exps["probes"].part) == parts.index("KV-cache policies") - 1
-
-
-@pytest.mark.parametrize("arch", ["llama", "gpt_neox", "gpt2", "opt"])
-def test_the_model_is_unchanged_after_the_probes_run(tiny_models, tmp_path, arch):
-    model = tiny_models[arch]
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    impl = model.config._attn_implementation
-    metrics, claims, figures = run_probes(model, torch.arange(30) % V, ("sinks",), 8,
-                                          RunContext(tmp_path, show_progress=False))
-    assert set(metrics) == {"sinks"} and len(claims) == 4 and all((tmp_path / f).exists() for f in figures)
-    assert model.config._attn_implementation == impl
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_probes_are_listed_in_the_issues_order():

@@ -10,97 +10,16 @@ Cost on one core of the shared 2-core CPU, SmolLM2-135M: quick mode (256 tokens,
 the sinks alone over 2,048 tokens with the position check (three passes) 81 s; every probe over 2,048
 tokens in one pass (``attnlab probe``) 74 s. Full mode: one pass of every probe over 4,096 tokens and two
 sink passes.
-
-Probe modules are found, not listed: every module of ``attnlab.probes`` other than the machinery
-(:data:`MACHINERY`) is imported, and registers its probe class with ``@register``.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 
-import torch
-from torch import nn
-
-from attnlab.core.errors import ConfigError, UsageError, first_line
+from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import finding
 from attnlab.experiments.registry import Result, register
-from attnlab.probes.base import PROBES, Probe, make_probes
-
-MACHINERY = ("base", "stream", "cli", "experiments", "plots")  # modules of the package that hold no probe
-# The order probes are listed, run and reported in: the issue's (attention first, then activations, then
-# geometry); a module not named here still loads, after these, by name.
-ORDER = ("sinks", "heavy", "massive", "scansnap", "superposition", "geometry")
-
-
-def load_probes() -> list[str]:
-    """Import every probe module of ``attnlab.probes`` (registering its probes); the registered names."""
-    import attnlab.probes as package
-
-    for info in pkgutil.iter_modules(package.__path__, "attnlab.probes."):
-        if info.name.rsplit(".", 1)[-1] not in MACHINERY:
-            importlib.import_module(info.name)
-
-    def key(name: str) -> tuple:  # by module (ORDER, then by name); in a module, registration order (stable sort)
-        module = PROBES.get(name).__module__.rsplit(".", 1)[-1]
-        return (ORDER.index(module) if module in ORDER else len(ORDER), module)
-
-    return sorted(PROBES.names(), key=key)
-
-
-def chosen(names: tuple[str, ...]) -> tuple[str, ...]:
-    """``names`` checked against the registry (did you mean), or every registered probe for ()."""
-    known = load_probes()
-    for name in names:
-        PROBES.get(name)
-    return tuple(names) or tuple(known)
-
-
-def check_readable(model: nn.Module, probes: list[Probe]) -> None:
-    """UsageError naming the implementation tried when a probe needs attention patterns and the model
-    cannot switch to eager attention (the only one that materialises them); the model is left as it was."""
-    if not any(n.endswith("attn.pattern") for p in probes for n in p.needs):
-        return
-    impl = model.config._attn_implementation
-    try:
-        model.set_attn_implementation("eager")
-    except Exception as e:  # transformers raises ValueError, ImportError or its own errors here
-        raise UsageError(f"cannot read this model's attention patterns: switching its {impl!r} attention to "
-                         f"'eager' failed ({first_line(e)}); use a model whose attention runs eagerly") from None
-    model.set_attn_implementation(impl)
-
-
-def run_probes(model: nn.Module, ids: torch.Tensor, names: tuple[str, ...], chunk: int, ctx, decode=None,
-               corpus: torch.Tensor | None = None, window: int = 512, options: dict | None = None):
-    """Stream ``ids`` (T,) once through ``model`` with the named probes, and ``corpus`` (default ``ids``) in
-    independent windows of ``window`` tokens with the windowed ones (superposition): (probe name -> its
-    metrics, the probes' claims, {figure file: caption}). ``decode``: ids -> text, for the probes' examples;
-    ``options``: keyword options for the probes' constructors (each probe takes those it accepts)."""
-    from attnlab.probes.stream import stream
-
-    probes = make_probes(names, decode=decode, **(options or {}))
-    check_readable(model, probes)
-    cached = [p for p in probes if not p.windowed]
-    windowed = [p for p in probes if p.windowed]
-    if cached:
-        with ctx.progress(ids.numel(), "probes") as bar:
-            stream(model, ids, cached, chunk, bar)
-    if windowed:
-        corpus = ids if corpus is None else corpus
-        with ctx.progress(corpus.numel(), f"{', '.join(p.name for p in windowed)} (windows of {window})") as bar:
-            stream(model, corpus, windowed, chunk, bar, window=window)
-    metrics, claims, figures = {}, [], {}
-    for p in probes:
-        metrics[p.name] = m = p.result()
-        claims += p.claims(m)
-        figures.update(p.figures(m, ctx))
-    return metrics, claims, figures
-
-
-def claim_lines(claims) -> list[str]:
-    """One line per claim: status, what it says, the measured value."""
-    return [f"[{c.status}] {c.claim}: {c.measured:.4g}" for c in claims]
+from attnlab.probes.base import PROBES
+from attnlab.probes.run import chosen, run_probes
 
 
 @dataclass(frozen=True)
