@@ -21,7 +21,7 @@ def setup(tmp_path, monkeypatch):
 
 
 def _reproduce(out, *sets):
-    sets = ["tokens=96", "train_tokens=128", "window=32", "rank=16", "epochs=2", "batch=32", *sets]
+    sets = ["tokens=96", "train_tokens=128", "window=32", "rank=16", "epochs=2", "batch=32", "speed_steps=2", *sets]
     return main(["reproduce", "dejavu", "--out", str(out)] + [a for s in sets for a in ("--set", s)])
 
 
@@ -32,9 +32,13 @@ def test_experiment_runs_end_to_end_states_its_claims_and_reloads(setup, tmp_pat
     assert _reproduce(out, f"model={model}", f"text={text}", f"train_texts={train}", "heads_keep=0.5") == 0
     m = json.loads((out / "metrics.json").read_text())
     status = [c["status"] for c in m["claims"]]
-    assert all(s in ("holds", "fails") for s in status[:5]) and status[5:] == ["finding"] * 5  # + heads
-    explained = [c["status"] == "holds" or bool(c.get("note")) for c in m["claims"][:5]]
-    assert explained[0] and explained[2:] == [True] * 3  # a failed claim says why (the gap claim: no note)
+    assert all(s in ("holds", "fails") for s in status[:6]) and status[6:] == ["finding"] * 5  # + heads
+    explained = [c["status"] == "holds" or bool(c.get("note")) for c in m["claims"][:6]]
+    assert explained[0] and explained[2:] == [True] * 4  # a failed claim says why (the gap claim: no note)
+    speed, d = m["claims"][5], m["decode"]  # decode with the lookahead predictor choosing vs dense, batch 1
+    assert "faster with the lookahead predictor choosing" in speed["claim"] and speed["expected"] == 1.0
+    assert speed["measured"] == d["speedup"] == pytest.approx(d["dense_ms_per_step"] / d["sparse_ms_per_step"])
+    assert d["steps"] == 2 and d["batch"] == 1 and d["prompt_tokens"] == 32
     assert "lookahead predictor" in m["claims"][0]["claim"] and "middle layers (1..2" in m["claims"][0]["claim"]
     assert set(m["ppl"]) == {"dense", "oracle", "own", "lookahead"}
     assert m["scores"]["own"]["layers"] == [0, 1, 2, 3] and m["scores"]["lookahead"]["layers"] == [1, 2, 3]
@@ -67,13 +71,15 @@ def test_quick_mode_reports_findings_only(setup, tmp_path):
     out = tmp_path / "run"
     assert _reproduce(out, f"model={model}", f"text={text}", f"train_texts={train}", "judge=false",
                       "beside=false") == 0
-    assert {c["status"] for c in json.loads((out / "metrics.json").read_text())["claims"]} == {"finding"}
+    m = json.loads((out / "metrics.json").read_text())
+    assert {c["status"] for c in m["claims"]} == {"finding"} and m["decode"]["steps"] == 2  # the speed measured too
     assert (out / "predictors" / "own").is_dir() and not (model / "predictors").exists()  # the run's copy only
 
 
 @pytest.mark.parametrize("fields, message", [
     ({"keep": 1.5}, "keep fraction 1.5"), ({"keep": 1.0}, "nothing to predict"), ({"window": 1}, "window=1"),
-    ({"train_tokens": 3}, "train_tokens=3")])
+    ({"train_tokens": 3}, "train_tokens=3"), ({"lr": -1.0}, "lr=-1.0: give a positive learning rate"),
+    ({"speed_steps": 0}, "speed_steps=0")])
 def test_config_refuses_impossible_runs(fields, message):
     with pytest.raises(UsageError, match=message):
         DejaVuConfig(**fields)

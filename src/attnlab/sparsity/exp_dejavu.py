@@ -6,12 +6,15 @@ input x_i ("own") and, as Deja Vu's lookahead, from the previous layer's MLP inp
 On the evaluation text: per layer the recall of the oracle set by a predicted set of the same size
 (chance = keep), the share of |h| mass it captures, and the size and recall of Deja Vu's thresholded set
 (sigmoid > 0.5); then perplexity with the predicted sets vs the oracle's vs dense, every position of every
-window sparsified (as contextual-sparsity). The predictors are saved in the run folder (``predictors/own``,
-``predictors/lookahead``) and beside the model's weights (``M/predictors/neurons-own-r128-keep0.5`` and so
-on, for the model folder M; a one-line warning where M is not writable); ``predictors=FOLDER`` reloads a run
-folder's, ``predictors=beside`` those beside the model at this rank and keep, instead of training
-(``attnlab sparsity --rule predicted`` uses them too). ``heads_keep=K``
-adds head predictors (Deja Vu's attention predictor: top heads by output norm from the attention input),
+window sparsified (as contextual-sparsity); and greedy decode at batch 1 timed, dense vs SparseMLP gather
+with the lookahead predictor choosing each step's neurons, its multiply-adds inside the step (Deja Vu's
+speed claim, checked: faster than dense; quick mode times a few steps). The predictors are saved in the
+run folder (``predictors/own``, ``predictors/lookahead``) and beside the model's weights
+(``M/predictors/neurons-own-r128-keep0.5`` and so on, for the model folder M; a one-line warning where M
+is not writable); ``predictors=FOLDER`` reloads a run folder's, ``predictors=beside`` those beside the
+model at this rank and keep, instead of training (``attnlab sparsity --rule predicted`` uses them too).
+A rank whose training this machine's memory cannot hold is refused before anything is allocated
+(``predictors.check_fits``). ``heads_keep=K`` adds head predictors (Deja Vu's attention predictor: top heads by output norm from the attention input),
 reported as findings: no claims were fixed for them.
 
 Time with SmolLM2-135M on one shared CPU core: quick 45 s; full (49,152 training tokens, 2 epochs, 4,096
@@ -19,6 +22,7 @@ evaluation tokens) 18 minutes, of which training ~14.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +36,9 @@ from attnlab.sparsity.heads import SparseHeads
 from attnlab.sparsity.plots import dejavu_figure
 from attnlab.sparsity.predicted import Predicted, PredictedHeads
 from attnlab.sparsity.predictor_store import BESIDE, find_beside, load_predictors, save_beside, save_predictors
-from attnlab.sparsity.predictors import SOURCES, new_predictors, score, train
+from attnlab.sparsity.predictors import SOURCES, check_fits, new_predictors, score, train
 from attnlab.sparsity.rules import Oracle, keep_count
+from attnlab.sparsity.speed import decode_speed
 
 TALK_ORDER = 1  # after contextual-sparsity
 
@@ -58,6 +63,7 @@ class DejaVuConfig:
     # thousand tokens, would replace the real ones there
     beside: bool = True
     heads_keep: float = 0.0  # > 0: also head predictors (heads-own/, heads-lookahead/) at this share of heads
+    speed_steps: int = 32  # timed greedy decode steps, batch 1, dense vs the lookahead predictor choosing
     judge: bool = True  # False (quick): a predictor trained on a few thousand tokens is not the claim's setting
     # claim thresholds, fixed before the first run on SmolLM2
     recall: float = 0.8  # lookahead recall at the oracle's set size in most middle layers ...
@@ -65,6 +71,7 @@ class DejaVuConfig:
     lookahead_gap: float = 0.05  # mean recall lost by lookahead vs own input in the middle layers, at most
     ppl_vs_oracle: float = 0.05  # predicted-set PPL within 5% of the oracle's at the same keep
     edge_drop: float = 0.05  # lookahead recall at layer 1 and the last layer below the middle median by this
+    speedup: float = 1.0  # decode with the predictor choosing (its cost inside each step) faster than dense
 
     def __post_init__(self):
         keep_count(1, self.keep)
@@ -72,9 +79,12 @@ class DejaVuConfig:
             keep_count(1, self.heads_keep)
         if self.keep == 1.0:
             raise ConfigError("keep=1.0 keeps every neuron: there is nothing to predict; use e.g. keep=0.5")
-        if min(self.window, self.tokens, self.rank, self.epochs, self.batch) < 1 or self.window < 2:
+        if min(self.window, self.tokens, self.rank, self.epochs, self.batch, self.speed_steps) < 1 or self.window < 2:
             raise ConfigError(f"window={self.window}, tokens={self.tokens}, rank={self.rank}, epochs={self.epochs}, "
-                              f"batch={self.batch}: need window >= 2 and the others >= 1")
+                              f"batch={self.batch}, speed_steps={self.speed_steps}: need window >= 2 and the others "
+                              ">= 1")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"lr={self.lr}: give a positive learning rate, e.g. lr=3e-3")
         if not self.predictors and self.train_tokens < 2 * len(self.train_texts):
             raise ConfigError(f"train_tokens={self.train_tokens}: need at least 2 per training text")
 
@@ -159,7 +169,16 @@ def _middle(n: int) -> range:
     return range(n // 4, (3 * n) // 4)
 
 
-def _claims(cfg, s, ppl, cost, n) -> list:
+def _speed(cfg, model, ids, ctx, preds) -> dict:
+    """Greedy decode at batch 1 after the text's first ``window`` tokens, dense vs SparseMLP gather with the
+    lookahead predictor choosing each step's neurons (its multiply-adds inside the timed step)."""
+    with ctx.progress(2, "decode speed") as bar:
+        decode = decode_speed(model, ids[:cfg.window], Predicted(cfg.keep, *preds), cfg.speed_steps)
+        bar.update(2)
+    return decode
+
+
+def _claims(cfg, s, ppl, cost, n, decode: dict) -> list:
     own, look = s["own"], s["lookahead"]
     r_own = dict(zip(own["layers"], own["recall"]))
     r_look = dict(zip(look["layers"], look["recall"]))
@@ -187,6 +206,11 @@ def _claims(cfg, s, ppl, cost, n) -> list:
         close(f"the lookahead premise fails at the edges: its recall at layer 1 ({r_look[1]:.3f}) and at the last "
               f"layer {n - 1} ({r_look[n - 1]:.3f}) is below the middle layers' median ({median:.3f}) by >= "
               f"{cfg.edge_drop:g}: median - max(edges)", edge, cfg.edge_drop, 0.0, "at_least"),
+        close(f"decode at batch 1 is faster with the lookahead predictor choosing the top {k} neurons (its multiply-"
+              f"adds inside each step; SparseMLP gather) than dense ({decode['sparse_tokens_per_s']:.1f} vs "
+              f"{decode['dense_tokens_per_s']:.1f} tokens/s, {decode['steps']} greedy steps after a "
+              f"{decode['prompt_tokens']}-token prompt): speed-up = dense / sparse time per step, > {cfg.speedup:g}",
+              decode["speedup"], cfg.speedup, 0.0, "at_least"),
         finding(f"layers where the lookahead predictor recalls >= {cfg.recall:g} (where it may be used): "
                 f"{', '.join(map(str, usable)) or 'none'}; count", len(usable)),
         finding(f"share of |h| mass the lookahead's predicted set captures, mean over layers (the oracle's: "
@@ -197,10 +221,10 @@ def _claims(cfg, s, ppl, cost, n) -> list:
         finding(f"predictor cost: {cost['params_per_layer']:,} parameters per layer (r={cfg.rank}); multiply-adds "
                 "per token as a share of the gated MLP's", cost["flops_share_of_mlp"]),
     ]
-    return _explained(claims, s, mid, r_own, r_look)
+    return _explained(claims, s, mid, r_own, r_look, cost, decode)
 
 
-def _explained(claims: list, s, mid: list[int], r_own: dict, r_look: dict) -> list:
+def _explained(claims: list, s, mid: list[int], r_own: dict, r_look: dict, cost: dict, decode: dict) -> list:
     """The failed claims with a note on what the measurements say about why (read off this run's scores)."""
     own_mid, look_mid = (statistics.mean(r[i] for i in mid) for r in (r_own, r_look))
     mass, oracle = (statistics.mean(s["lookahead"][key]) for key in ("mass", "oracle_mass"))
@@ -212,28 +236,34 @@ def _explained(claims: list, s, mid: list[int], r_own: dict, r_look: dict) -> li
              f"x_(i-1) predicts as well as x_i in every layer (largest own - lookahead recall gap "
              f"{r_own[worst] - r_look[worst]:.3f}, at layer {worst}): no layer is worse off for the lookahead"]
     notes[3] = notes[2]
+    notes.append(f"per step dense {decode['dense_ms_per_step']:.1f} ms, sparse {decode['sparse_ms_per_step']:.1f} ms: "
+                 f"the predictors add {cost['flops_share_of_mlp']:.0%} of the MLP's multiply-adds in small operations "
+                 "every layer, and the skipped rows are only part of a step (attention and the LM head stay dense)")
     return [c.because(note) if note and c.status == "fails" else c for c, note in zip(claims, notes + [None] * 9)]
 
 
 @register("dejavu", "Deja Vu: low-rank predictors of each token's top MLP neurons (own input vs lookahead): "
           "recall, |h| mass, PPL vs oracle, cost", DejaVuConfig,
           quick={"tokens": 512, "train_tokens": 1536, "window": 256, "epochs": 1, "batch": 32, "rank": 64,
-                 "judge": False, "beside": False})
+                 "judge": False, "beside": False, "speed_steps": 4})
 def run_dejavu(cfg: DejaVuConfig, ctx) -> Result:
     model, ids, train_ids = load_texts(cfg.model, cfg.text, cfg.tokens, () if cfg.predictors else cfg.train_texts,
                                        cfg.train_tokens, ctx.device)
     n = arch.dims(model).n_layers
     if n < 3:
         raise ConfigError(f"{cfg.model} has {n} layers: the lookahead comparison needs at least 3")
+    if not cfg.predictors:  # a rank this machine cannot hold: refused before anything is allocated
+        check_fits(model, cfg.rank, ("neurons", "heads") if cfg.heads_keep else ("neurons",), cfg.batch, cfg.window)
     preds, loss, where = _predictors(cfg, model, train_ids, ctx)
     with ctx.progress(ids.numel(), "score") as bar:
         s = score(preds, model, ids, cfg.window, bar)
     ppl = _ppl(model, ids, cfg, ctx, preds)
+    decode = _speed(cfg, model, ids, ctx, preds)
     cost = preds[0].cost(arch.mlp(model, 0).gate_proj is not None)
     dejavu_figure(ctx, s, ppl, cfg.keep)
     metrics = {"ppl": ppl, "scores": s, "cost": cost, "train_bce": loss, "predictors": where, "middle_layers":
-               list(_middle(n))}
-    claims = _claims(cfg, s, ppl, cost, n)
+               list(_middle(n)), "decode": decode}
+    claims = _claims(cfg, s, ppl, cost, n, decode)
     if cfg.heads_keep:
         more, found = _heads(cfg, model, ids, train_ids, ctx, ppl["dense"])
         metrics.update(more)

@@ -118,6 +118,8 @@ def _read_weights(folder: Path, meta: Meta) -> dict:
     from safetensors.torch import load_file
 
     path = folder / WEIGHTS
+    if not path.is_file():
+        raise UsageError(f"{path} is missing: the predictors there are incomplete; {RETRAIN}")
     try:
         weights = load_file(str(path))
     except (SafetensorError, OSError) as e:
@@ -125,7 +127,7 @@ def _read_weights(folder: Path, meta: Meta) -> dict:
         raise UsageError(f"{path} cannot be read ({why}): the predictors there are damaged; {RETRAIN}") from None
     p, d, r, n = len(meta.layers), meta.d, meta.r, meta.width
     want = {"w1": (p, d, r), "w2": (p, r, n), "b2": (p, n)}
-    got = {k: tuple(v.shape) for k, v in weights.items()}
+    got = {k: tuple(v.shape) for k, v in sorted(weights.items(), key=lambda kv: list(want).index(kv[0]) if kv[0] in want else len(want))}
     if got != want or any(not v.is_floating_point() for v in weights.values()):
         shapes = ", ".join(f"{k} {s}" for k, s in got.items()) or "no tensors"
         raise UsageError(f"{path} holds {shapes}, not the rank-{r} predictors {META} describes "

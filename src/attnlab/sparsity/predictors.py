@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import ConfigError, UsageError
 from attnlab.models import arch
 from attnlab.models.trace import Trace
 from attnlab.sparsity.rules import keep_count, topk_mask
@@ -110,6 +112,47 @@ def new_predictors(model: nn.Module, name: str, r: int, keep: float, source: str
     layers = tuple(range(1 if source == "lookahead" else 0, dm.n_layers))
     return Predictors(Meta(name, model_fingerprint(model), dm.n_layers, dm.d_model, dm.d_ff, r, keep, source, layers,
                            unit, dm.n_heads if unit == "heads" else 0))
+
+
+def memory_bytes() -> int:
+    """The memory this process can have: the machine's physical memory, or its cgroup's limit where lower."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        return min(total, int(limit)) if limit.isdigit() else total
+    except OSError:
+        return total
+
+
+def training_bytes(model: nn.Module, r: int, units: tuple[str, ...], batch: int, window: int) -> int:
+    """The float32 bytes training rank-``r`` predictors of each unit in ``units`` (both sources) holds at once:
+    every set's weights, their gradients and AdamW's two moments (4 copies), a batch's hidden and output
+    activations with their gradients (3 copies), and one traced window's inputs and targets."""
+    dm = arch.dims(model)
+    floats = 0
+    for unit in units:
+        n = dm.d_ff if unit == "neurons" else dm.n_heads
+        for source in SOURCES:
+            p = dm.n_layers - (source == "lookahead")  # the layers a set predicts
+            floats += 4 * p * (dm.d_model * r + r * n + n) + 3 * p * batch * (r + n)
+        floats += dm.n_layers * window * (dm.d_model + 2 * n)  # x (L, W, d), magnitudes and labels (L, W, n)
+    return 4 * floats
+
+
+def check_fits(model: nn.Module, r: int, units: tuple[str, ...], batch: int, window: int) -> None:
+    """ConfigError (one line) when training rank-``r`` predictors cannot fit in this machine's memory beside
+    the model's weights: refused before anything is allocated, rather than killed by the kernel."""
+    have = memory_bytes() - sum(p.numel() * p.element_size() for p in model.parameters())
+    need = training_bytes(model, r, units, batch, window)
+    if need <= have:
+        return
+    fixed, at_1 = training_bytes(model, 0, units, batch, window), training_bytes(model, 1, units, batch, window)
+    fits = (have - fixed) // (at_1 - fixed)  # bytes grow linearly in r
+    fix = f"give rank <= {fits} (the most that fits by this estimate; e.g. 128)" if fits >= 1 else "lower batch"
+    raise ConfigError(f"rank={r}: training the predictors ({' and '.join(units)} of {arch.dims(model).n_layers} "
+                      f"layers, both sources, with gradients and AdamW's two moments) needs about "
+                      f"{need / 2**30:.1f} GiB, more than the {have / 2**30:.1f} GiB of memory this machine has beside "
+                      f"the model's weights: {fix}")
 
 
 # --------------------------------------------------------------------------- training data and training
