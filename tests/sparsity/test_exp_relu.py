@@ -44,8 +44,11 @@ def test_the_experiment_trains_both_twins_measures_them_and_states_its_claims(te
     assert silu["zero"] == 0 and silu["zero_per_layer"] == [0.0, 0.0]
     assert relu["dense_ppl"] != silu["dense_ppl"]  # two models, not one measured twice
     status = [c["status"] for c in m["claims"]]
-    assert all(s in ("holds", "fails") for s in status[:4]) and status[4:] == ["finding"] * 6
-    assert all(c["status"] == "holds" or c.get("note") for c in m["claims"][:4])  # a failure says what was measured
+    assert all(s in ("holds", "fails") for s in status[:2]) and status[2:] == ["finding"] * 8
+    assert all(c["status"] == "holds" or c.get("note") for c in m["claims"][:2])  # a failure says what was measured
+    silu_zero, gap = m["claims"][2:4]  # what cannot fail, and a one-seed difference of tenths of a percent
+    assert "SiLU twin: share of the entries of h exactly zero" in silu_zero["claim"] and silu_zero["measured"] == 0
+    assert gap["measured"] == pytest.approx(silu["ppl_increase"]["0.5"] - relu["ppl_increase"]["0.5"])
     assert m["eval_tokens"] == 96 and (out / "relu_control.png").stat().st_size > 0
     for act in ("relu", "silu"):  # each saved as a model folder `attnlab sparsity --model` reads
         assert json.loads((out / act / "model" / "config.json").read_text())["hidden_act"] == act

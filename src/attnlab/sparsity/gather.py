@@ -1,15 +1,24 @@
 """Weight layouts for computing only the kept MLP neurons: per-step gathers and the active-set cache.
 
-Two ways to compute h_S = act(gate_S(x)) * up_S(x) and h_S @ W_down^T[S] for a neuron set S:
+SparseMLP's layers (:mod:`attnlab.sparsity.mlp_layers`) compute h_S = act(gate_S(x)) * up_S(x) and
+h_S @ W_down^T[S] for a neuron set S in one of two ways:
 
-- per-step gather (``rows_linear``, ``rows_matmul``): ``index_select`` the rows of S every step (for one
-  row, W_down^T's rows are summed in place by ``embedding_bag``: no copy). Simple, but the copy reads as
-  many bytes as the dense matmul saves, so at keep 50% on a CPU it is about as fast as dense.
-- ``ActiveSet``: a per-layer buffer holding S's rows contiguously (gate and up rows interleaved, so one
-  GEMM computes both; W_down's columns as rows of its transpose, PowerInfer's axpy layout). Each step
+- per-step gather ("gather" mode; ``rows_linear``, ``rows_matmul``): every step the rows of S of W_gate and
+  W_up are ``index_select``-ed into one :class:`Scratch` buffer that the layers share; W_down is read as
+  rows of a transposed copy made once, which at batch 1 ``embedding_bag`` sums in place, weighted by h_S
+  (PowerInfer's axpy; no copy), and at batch > 1 are copied once for one GEMM over the union of the rows'
+  sets (SparseMLP computes a step densely instead when that union is too large, ``mlp.DENSE_ABOVE``). The
+  copies cost memory traffic of their own, so what gathering gains depends on where the weights sit: one
+  SmolLM2-sized layer read from memory, as decode reads it, is about 1.5x faster than dense at keep 50%;
+  one whose weights sit in the CPU's cache is slower than dense (``benchmarks/bench_sparse_mlp.py``).
+  ``input_sparse`` does the same for input units: TEAL's kept channels of x (rows of W_gate^T, W_up^T) and
+  of h entering down_proj.
+- ``ActiveSet`` ("cached" mode, neuron rules): a per-layer buffer holding S's rows contiguously (gate and
+  up rows interleaved, so one GEMM computes both; W_down's columns as rows of its transpose). Each step
   overwrites only the slots of the neurons that left with the rows of those that entered, so the copy
-  costs (changed neurons) rows, not |S|; a static set is copied once. It pays when consecutive tokens
-  share most of their neurons (Deja Vu's observation; the benchmark measures the overlap on SmolLM2).
+  costs (changed neurons) rows, not |S|; a static set is copied once. It pays only when consecutive tokens
+  share most of their neurons (Deja Vu's observation): on SmolLM2 a token shares 0.56 of its top-50% set
+  with the next (chance 0.5), and there the cache is slower than the per-step gather (the benchmark).
 """
 from __future__ import annotations
 
