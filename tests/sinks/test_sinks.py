@@ -42,6 +42,7 @@ def test_streaming_a_sink_token_model_without_its_slot_is_refused(tmp_path, caps
     (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 20)
     args = ["stream", "--model", str(folder), "--text", str(tmp_path / "t.txt"), "--tokens", "60", "--budget", "16",
             "--out", str(tmp_path / "run")]
+    capsys.readouterr()  # what saving the model printed (transformers' progress bar) is not the command's
     assert main([*args, "--policy", "window"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pre-trained with a sink token" in err[0] and "--n-sink 1" in err[0]
@@ -59,6 +60,20 @@ def test_sink_table_command(tmp_path, capsys):
     m = json.loads((out / "metrics.json").read_text())
     assert set(m["ppl"]) == {"0+16", "4+12"} and (out / "sink_table.png").stat().st_size > 0
     assert [ln.split(":")[0] for ln in capsys.readouterr().out.strip().splitlines()] == ["0+16", "4+12"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--sinks", "0,4", "--window", "4"], "--sinks 0,4 with --window 4: each must be >= 0 and below the window"),
+    (["--sinks", "-1"], "--sinks -1 with --window 256"),
+    (["--sinks", ""], "--sinks  with --window 256"),
+    (["--sinks", "a"], "sinks=a: expected a value of type int"),
+    (["--tokens", "256"], "--tokens 256 must exceed --window 256"),
+])
+def test_sink_table_bad_input_is_one_line_exit_2_before_any_model_is_loaded(tmp_path, capsys, argv, says):
+    out = tmp_path / "runs" / "run"
+    assert main(["sink-table", "--model", str(tmp_path / "no-such-model"), *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and not (tmp_path / "runs").exists()
 
 
 def _text(tmp_path, monkeypatch, seed: int, words: str, lines: int):
