@@ -134,22 +134,25 @@ def test_passkey_command_writes_every_cell(folder, tmp_path, capsys):
     assert len(cells) == 2 * 2 * 2 and all(c["correct"] == (c["answer"] == c["key"]) for c in cells)
     assert [c["key"] for c in cells] == [c["key"] for c in m["passkey"]["none"]]  # same prompts for every scaling
     assert (out / "passkey.png").stat().st_size > 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    head, *lines = capsys.readouterr().out.strip().splitlines()
+    assert head.startswith(f"{model} (trained context 64), factor 4; passkey accuracy by scaling: none ")
     assert [ln.split(":")[0] for ln in lines] == ["none", "ntk(s=4)", "yarn(s=4)"]
     assert all(ln.split(": ", 1)[1].startswith("passkey accuracy 400: ") and ", 500: " in ln for ln in lines)
-    _is_a_run(out, "passkey", lines)
+    _is_a_run(out, "passkey", lines, claims=3)  # 500 tokens is past the tiny model's 64: none, ntk and yarn claim
     assert json.loads((out / "config.json").read_text())["depths"] == [0.0, 1.0]
+    assert m["trained_context"] == 64 and m["accuracy"] == np.mean([c["correct"] for r in m["passkey"].values()
+                                                                     for c in r])
 
 
-def _is_a_run(out, name, lines):
-    """An ad-hoc command writes the experiment contract through the runner: config.json, metrics.json
-    (no claims, counted; the command) and report.md with the printed result lines."""
+def _is_a_run(out, name, lines, claims=0):
+    """A command writes the experiment contract through the runner: config.json, metrics.json (its claims,
+    counted; the command) and report.md with the printed result lines."""
     import json
 
     config = json.loads((out / "config.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
     assert config["experiment"] == metrics["experiment"] == name and config["device"] == "cpu"
-    assert metrics["claims"] == [] and set(metrics["claim_counts"]) == {"holds", "fails", "erratum", "finding"}
+    assert len(metrics["claims"]) == claims and set(metrics["claim_counts"]) == {"holds", "fails", "erratum", "finding"}
     assert metrics["command"].startswith(f"attnlab {name} ")
     report = (out / "report.md").read_text()
     assert report.startswith(f"# {name}") and all(ln in report for ln in lines)
@@ -195,6 +198,18 @@ def test_the_evaluations_are_functions_of_the_model(folder):
         assert [r.text for r in rows] == [r.text for r in grids[s.describe()]]
 
 
+def test_zero_windows_score_every_stride():
+    """windows=0 is the full protocol for longppl and rope-zero-shot alike (it once scored no window at all)."""
+    from attnlab.experiments.runner import RunContext
+    from attnlab.rope.compare import longppl_by_scaling
+
+    model, ids = tiny_llama(), torch.randint(0, 300, (120,), generator=torch.Generator().manual_seed(5))
+    ctx, none = RunContext(out=None, show_progress=False), [make_scaling("none")]
+    every = longppl_by_scaling(model, ids, none, [32, 48], 16, 0, ctx)["none"]
+    assert every.nll == longppl_by_scaling(model, ids, none, [32, 48], 16, None, ctx)["none"].nll
+    assert len(every.nll[32]) == len(window_ends(120, 48, 16, None)) == 5
+
+
 @pytest.mark.parametrize("cmd, argv, message", [
     ("passkey", ["--factor", "0.5"], "s >= 1"),
     ("passkey", ["--scalings", "none,ntkk"], "did you mean 'ntk'"),
@@ -208,6 +223,11 @@ def test_the_evaluations_are_functions_of_the_model(folder):
     ("passkey", ["--depths", "0,1.5"], "depths 1.5: a key depth lies in [0, 1]"),
     ("passkey", ["--depths=-0.5,0.5"], "depths -0.5"),
     ("passkey", ["--samples", "0"], "samples=0"),
+    ("passkey", ["--lengths", "0,512"], "--lengths 0,512: give positive token counts"),
+    ("passkey", ["--scalings", ""], "--scalings is empty"),
+    ("longppl", ["--lengths", "abc"], "lengths=abc: expected a value of type int"),
+    ("longppl", ["--windows", "two"], "windows=two: expected a value of type int"),
+    ("longppl", ["--tokens", "none", "--lengths", "0"], "--lengths 0: give positive token counts"),
 ])
 def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cmd, argv, message):
     from attnlab.cli import main
@@ -216,11 +236,49 @@ def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cm
     if "GPT2" in argv:
         g = save_gpt2(tmp_path / "gpt2")
         argv = [a if a != "GPT2" else str(g) for a in argv]
+        capsys.readouterr()  # what saving the model printed (transformers' progress bar) is not the command's
     base = [cmd, "--model", str(model), "--out", str(tmp_path / "o")] + (["--text", str(text)] if cmd == "longppl" else [])
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def _config(argv: list[str]):
+    """The config a command line resolves to, through the command's own parser."""
+    from attnlab.cli import build_parser
+    from attnlab.experiments import registry
+    from attnlab.experiments.command import config_from_args
+
+    args = build_parser().parse_args([*argv, "--out", "x"])
+    return config_from_args(registry.get(args.experiment).config_cls, args)
+
+
+def test_attnlab_passkey_is_the_passkey_experiment():
+    """One experiment, one config: the command's flags are the registered passkey's fields (its claim
+    thresholds aside), read by name as `attnlab reproduce passkey --set` reads them."""
+    from attnlab.experiments import registry
+    from attnlab.experiments.config import resolve
+    from attnlab.rope.configs import PasskeyConfig
+
+    cfg = _config(["passkey", "--scalings", "none,yarn", "--factor", "4", "--lengths", "4096,8192", "--depths", "0,1",
+                   "--samples", "3", "--seed", "7"])
+    assert registry.get("passkey").config_cls is PasskeyConfig
+    assert cfg == resolve(PasskeyConfig, {"scalings": "none,yarn", "factor": "4", "lengths": "4096,8192",
+                                          "depths": "0,1", "samples": "3", "seed": "7"})
+    assert (cfg.min_accuracy, cfg.max_accuracy_unscaled) == (0.8, 0.2)  # fixed before the first run: no flag
+    assert _config(["longppl", "--tokens", "none"]).tokens is None and _config(["longppl", "--tokens", "40000"]).tokens == 40000
+
+
+def test_longppl_and_zero_shot_refuse_the_same_windows():
+    from attnlab.experiments import registry
+    from attnlab.experiments.config import resolve
+
+    zero_shot = registry.get("rope-zero-shot").config_cls
+    for key, value, says in (("stride", "0", "--stride 0"), ("windows", "-1", "--windows -1"),
+                             ("ppl_lengths", "64,512", "ppl_lengths 64: need every length >= the stride")):
+        with pytest.raises(UsageError, match=says):
+            resolve(zero_shot, {key: value, **({"stride": "128"} if key == "ppl_lengths" else {})})
 
 
 @pytest.mark.slow

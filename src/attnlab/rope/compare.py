@@ -1,5 +1,5 @@
 """RoPE scalings compared: one evaluation of one model (the passkey grid, long-context perplexity),
-run under each scaling in turn. What ``attnlab passkey`` / ``longppl`` and the RoPE experiments run."""
+run under each scaling in turn. What the RoPE experiments (``attnlab passkey`` / ``longppl`` among them) run."""
 from __future__ import annotations
 
 from attnlab.evals.compare import under_each
@@ -31,12 +31,13 @@ def passkey_by_scaling(model, tok, scalings: list[RopeScaling], cases: list[Pass
 
 def longppl_by_scaling(model, ids, scalings: list[RopeScaling], lengths: list[int], stride: int,
                        windows: int | None, ctx) -> dict[str, LongPPL]:
-    """Sliding-window perplexity of ``ids`` (T,) at each length, under every scaling."""
+    """Sliding-window perplexity of ``ids`` (T,) at each length, under every scaling; ``windows`` scored
+    blocks, or every stride (the full protocol) for 0 or None."""
     methods = scaled(model, scalings)
     check_fits(model.config, max(lengths), ctx.device)
 
     def evaluate(label: str) -> LongPPL:
         with ctx.progress((windows or 0) * len(lengths), f"longppl {label}") as bar:
-            return long_ppl(model, ids, lengths, stride, windows, progress=bar)
+            return long_ppl(model, ids, lengths, stride, windows or None, progress=bar)
 
     return under_each(methods, evaluate)

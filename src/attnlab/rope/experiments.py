@@ -1,12 +1,14 @@
 """Context extension without fine-tuning on a real model: passkey retrieval and long-context
 perplexity under PI, NTK-aware, dynamic NTK and YaRN (the seed talk's last part).
 
-``passkey``: the grid lengths × depths × samples for each scaling, accuracy heat-maps.
-``rope-zero-shot``: the same grid plus sliding-window perplexity at several context lengths, and
-the claims: at 2× the trained window no scaling fails passkey and its perplexity blows up;
-NTK / dynamic NTK / YaRN keep passkey and a bounded perplexity; PI untuned is worse than NTK at
-short distances. Both run the evaluations of :mod:`attnlab.rope.compare` (as ``attnlab passkey``
-and ``attnlab longppl`` do).
+``passkey`` (also ``attnlab passkey``, its flags built from :class:`PasskeyConfig`): the grid
+lengths × depths × samples for each scaling, accuracy heat-maps, and where the longest prompt is past
+the trained window the claims that no scaling fails there and NTK / dynamic NTK / YaRN keep passkey.
+``rope-zero-shot``: the same grid plus sliding-window perplexity at several context lengths (the
+evaluation ``attnlab longppl`` runs, with the same knobs), and the claims: at 2× the trained window no
+scaling fails passkey and its perplexity blows up; NTK / dynamic NTK / YaRN keep passkey and a bounded
+perplexity; PI untuned is worse than NTK at short distances. Both run the evaluations of
+:mod:`attnlab.rope.compare`.
 """
 from __future__ import annotations
 
@@ -20,15 +22,11 @@ from attnlab.evals.passkey import accuracy_at, passkey_cases, passkey_metrics
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
 from attnlab.rope.compare import load_scalings, longppl_by_scaling, passkey_by_scaling
-from attnlab.rope.passkey import FIGURE, PasskeyGrid, run_grid
+from attnlab.rope.configs import PasskeyConfig, check_ppl_windows
 from attnlab.rope.plots import longppl_figure, passkey_figure
 from attnlab.rope.scalings import RopeScaling
 
-
-@dataclass(frozen=True)
-class PasskeyConfig(PasskeyGrid):
-    min_accuracy: float = 0.8  # "keeps passkey": accuracy at the longest length
-    max_accuracy_unscaled: float = 0.2  # "fails passkey": accuracy of no scaling at the longest length
+FIGURE = {"passkey.png": "passkey accuracy per (prompt length, key depth), one panel per scaling"}
 
 
 @dataclass(frozen=True)
@@ -36,12 +34,13 @@ class ZeroShotConfig(PasskeyConfig):
     text: str = "war-and-peace"
     ppl_lengths: tuple[int, ...] = (2048, 4096, 8192, 12288, 16384)
     stride: int = 256
-    windows: int = 2  # scored blocks, aligned across lengths (the full protocol: every stride; too slow on a CPU)
+    windows: int = 2  # scored blocks, aligned across lengths; 0: every stride (the full protocol, too slow on a CPU)
     blowup: float = 2.0  # no scaling: PPL at the longest length / PPL at the trained length >= 2
     bounded: float = 1.5  # the NTK family: the same ratio <= 1.5
 
     def __post_init__(self):
         super().__post_init__()
+        check_ppl_windows(self.ppl_lengths, self.stride, self.windows, None, lengths_flag="ppl_lengths")
         if "none" not in self.scalings:  # checked with the config: a sweep refuses such a cell up front
             raise ConfigError("scalings must include 'none' (the PPL claims compare against it)")
 
@@ -73,16 +72,33 @@ def _passkey_claims(cfg, scalings: list[RopeScaling], results, trained: int) -> 
     return claims
 
 
+def passkey_lines(passkey: dict, lengths) -> list[str]:
+    """One line per scaling: its accuracy at each prompt length (``passkey``: metrics.json's records)."""
+    def accuracy(rows, n):
+        cell = [r["correct"] for r in rows if r["length"] == n]
+        return sum(cell) / len(cell)
+
+    return [f"{name}: passkey accuracy " + ", ".join(f"{n}: {accuracy(rows, n):.0%}" for n in lengths)
+            for name, rows in passkey.items()]
+
+
 @register("passkey", "passkey retrieval grid (lengths x depths) under RoPE scalings, zero-shot, on a real model",
           PasskeyConfig, quick={"lengths": (1024, 2048), "depths": (0.0, 1.0), "samples": 1,
                                 "scalings": ("none", "ntk")}, demo=False)
-def run_passkey_experiment(cfg: PasskeyConfig, ctx) -> Result:
+def run_passkey(cfg: PasskeyConfig, ctx) -> Result:
     scalings = load_scalings(cfg.scalings, cfg.factor)
-    trained, results = run_grid(cfg, scalings, ctx)
+    model, tok = load_model(cfg.model, ctx.device)
+    trained = model.config.max_position_embeddings
+    results = passkey_by_scaling(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed),
+                                 ctx)
+    passkey_figure(ctx, results, trained)
     claims, accuracy = _passkey_claims(cfg, scalings, results, trained), _accuracy(results)
+    metrics = {"command": ctx.command, "model": cfg.model, "trained_context": trained, "factor": cfg.factor,
+               "passkey": passkey_metrics(results), **accuracy}
     summary = (f"{cfg.model} (trained context {trained}), factor {cfg.factor:g}; passkey accuracy by scaling: "
-               + ", ".join(f"{k} {a:.0%}" for k, a in accuracy["accuracy_by_scaling"].items()) + ".")
-    return Result(claims, {"passkey": passkey_metrics(results), **accuracy}, dict(FIGURE), summary)
+               + ", ".join(f"{k} {a:.0%}" for k, a in accuracy["accuracy_by_scaling"].items()) + ".\n"
+               + "\n".join(f"- {line}" for line in passkey_lines(metrics["passkey"], cfg.lengths)))
+    return Result(claims, metrics, dict(FIGURE), summary)
 
 
 @register("rope-zero-shot", "RoPE scalings without fine-tuning at 2x the trained window: passkey grid and "
@@ -129,5 +145,6 @@ def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
                + ".")
     return Result(claims, {"ppl": {k: {str(n): p for n, p in v.items()} for k, v in ppl.items()},
                            "passkey": passkey_metrics(results), **accuracy},
-                  {"longppl.png": "sliding-window PPL (stride 256) against context length, one curve per scaling",
+                  {"longppl.png": f"sliding-window PPL (stride {cfg.stride}) against context length, one curve per "
+                                  "scaling",
                    **FIGURE}, summary)
