@@ -100,5 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("attnlab: interrupted; nothing was written", file=sys.stderr)
+        # a run's folder is replaced only once it completes; train keeps what its last checkpoint saved
+        print("attnlab: interrupted; --out holds what it held before (a train run: its last checkpoint, "
+              "continued with --resume)", file=sys.stderr)
         return 130
