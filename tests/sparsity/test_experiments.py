@@ -7,7 +7,8 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.core.errors import ConfigError, MissingResource, UsageError
-from attnlab.sparsity.experiments import SparsityConfig, run_contextual_sparsity
+from attnlab.sparsity.experiments import SWEPT, SparsityConfig, run_contextual_sparsity
+from attnlab.sparsity.registry import rule_names
 from tiny_models import save_hf, texts_and_cache
 
 @pytest.fixture
@@ -32,7 +33,7 @@ def test_experiment_runs_end_to_end_and_states_its_claims(setup, tmp_path):
     assert [c["status"] in ("holds", "fails") for c in claims] == [True] * 5 + [False] * 3  # 5 claims, 3 findings
     assert all({"claim", "measured", "expected", "tolerance", "status"} <= set(c) for c in claims)
     assert "oracle top-k at 50%" in claims[0]["claim"] and "static set" in claims[1]["claim"]
-    assert set(m["ppl"]) == {"oracle", "cats", "teal", "static"}
+    assert list(m["ppl"]) == rule_names(SWEPT)  # every registered rule that needs no trained predictors
     d, half = m["dense_ppl"], {r: c["0.5"] for r, c in m["ppl"].items()}  # each claim measures its own rule
     assert [c["measured"] for c in claims[:4]] == pytest.approx([
         half["oracle"] / d - 1, (half["static"] - d) / max(half["oracle"] - d, 1e-3 * d),
@@ -41,7 +42,7 @@ def test_experiment_runs_end_to_end_and_states_its_claims(setup, tmp_path):
     assert all(list(c) == ["1", "0.5"] and c["1"] == m["dense_ppl"] for c in m["ppl"].values())
     assert m["kept"]["oracle"]["0.5"] == 0.5 and 0.0 < m["kept"]["cats"]["0.5"] < 1.0
     assert len(m["cosine_per_layer"]) == len(m["overlap_per_layer"]) == 2
-    assert set(m["profile"]) == {"oracle", "cats", "teal", "static"} and "x_kept" in m["profile"]["teal"]
+    assert list(m["profile"]) == rule_names(SWEPT) and "x_kept" in m["profile"]["teal"]
     assert list(m["heads_ppl"]) == ["1", "0.5"] and m["heads_kept"] == {"1": 4, "0.5": 2}
     assert (out / "sparsity_ppl.png").stat().st_size > 0 and (out / "sparsity_layers.png").stat().st_size > 0
     report = (out / "report.md").read_text()

@@ -12,6 +12,9 @@ from attnlab.core.errors import UsageError
 from attnlab.models import arch
 from attnlab.models.trace import Trace
 from attnlab.sparsity.mlp import MODES, SparseMLP, SparsityRecord
+from attnlab.sparsity.predicted import Predicted
+from attnlab.sparsity.predictors import SOURCES, new_predictors
+from attnlab.sparsity.registry import RULES
 from attnlab.sparsity.rules import CATS, TEAL, Oracle, Static, magnitude_threshold, topk_mask
 from tiny_models import ARCHS, ROPE_ARCHS, V, tiny
 
@@ -52,7 +55,8 @@ def _dense_acts(model, ids):
 
 
 def _rules(model, ids, keep: float) -> dict:
-    """Each rule calibrated on ``ids`` to keep about ``keep`` of its units (keep 1: everything)."""
+    """Each registered rule, built by hand: calibrated on ``ids`` to keep about ``keep`` of its units (keep 1:
+    everything); the predicted rule from untrained (seeded) predictors."""
     xs, acts = _dense_acts(model, ids)
     n_ff = arch.dims(model).d_ff
     layers = range(len(xs))
@@ -63,7 +67,13 @@ def _rules(model, ids, keep: float) -> dict:
                      {i: magnitude_threshold(acts[i][1].flatten(0, -2), keep) for i in layers}),
         "static": Static({i: torch.randperm(n_ff, generator=torch.Generator().manual_seed(i))[:round(keep * n_ff)]
                           for i in layers}),
+        "predicted": Predicted(keep, *(new_predictors(model, "tiny", 8, keep, s) for s in SOURCES)),
     }
+
+
+def test_every_registered_rule_is_built_here(tiny_models):
+    """Adding a rule to the registry means adding it to ``_rules``: the tests below then cover it."""
+    assert list(_rules(tiny_models["llama"], _ids(), 0.5)) == RULES.names()
 
 
 @pytest.mark.parametrize("name", ARCHS)
@@ -116,7 +126,7 @@ def test_gather_equals_mask_for_the_oracle_in_prefill_and_decode(tiny_models, na
 
 
 @pytest.mark.parametrize("name", ARCHS)
-@pytest.mark.parametrize("rule_name", ["cats", "teal", "static"])
+@pytest.mark.parametrize("rule_name", RULES.names())
 def test_gather_equals_mask_for_every_rule(tiny_models, name, rule_name, gather_path):
     model, ids = tiny_models[name], _ids(3, 10)
     rule = _rules(model, _ids(4, 16, seed=2), 0.5)[rule_name]  # calibrated on another text
@@ -125,7 +135,7 @@ def test_gather_equals_mask_for_every_rule(tiny_models, name, rule_name, gather_
         rec = SparsityRecord()
         with torch.no_grad(), SparseMLP(model, rule, mode=mode, record=rec):
             outs[mode] = model(ids).logits
-        outs[mode + " kept"] = rec.kept_fraction(what="x" if rule_name == "teal" else "h")
+        outs[mode + " kept"] = rec.kept_fraction(what="x" if rule.needs == "x" else "h")  # TEAL: its channels
     torch.testing.assert_close(outs["gather"], outs["mask"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(outs["cached"], outs["mask"], rtol=1e-5, atol=1e-5)
     assert outs["gather kept"] == outs["cached kept"] == outs["mask kept"] < 1
