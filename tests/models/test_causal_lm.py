@@ -99,6 +99,7 @@ def _ids(n=2000, v=60):
     return (torch.arange(n) * 7) % v
 
 
+@pytest.mark.slow
 def test_llama_run_killed_and_resumed_writes_identical_metrics(tmp_path):
     cfg = TrainConfig(optimizer="adam", lr=1e-3, batch_size=4, bptt=16, steps=12, track_every=3, eval_every=6,
                       eval_batches=2, checkpoint_every=6, snapshot_steps=(0, 6), batching="random")

@@ -32,6 +32,7 @@ def _same(a, b) -> bool:
 
 @pytest.mark.parametrize("arch", [a if a == "llama" else pytest.param(a, marks=pytest.mark.slow) for a in ARCHS])
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_every_probe_keeps_the_contract(tiny_models, tmp_path, name, arch):
     model = tiny_models[arch]
     before = _state(model)

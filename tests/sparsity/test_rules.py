@@ -100,6 +100,7 @@ def test_rules_are_found_by_name_with_did_you_mean():
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_rules_import_neither_transformers_nor_anything_that_does():
     code = "import sys, attnlab.sparsity.rules; print(sorted(m for m in sys.modules if m.startswith(('transformers', " \
            "'attnlab.models'))))"

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 
 from attnlab.cli import main
@@ -22,6 +21,8 @@ TINY = ["tokens=64", "long_tokens=0"]
 @pytest.fixture(scope="module")
 def local_ray():
     """One local Ray for the module (its start-up is paid once); `attnlab sweep` uses it and leaves it running."""
+    import ray  # here, not at the top: the quick subset (-m "not slow") never starts Ray, nor pays its import
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -46,6 +47,7 @@ def outcome(folder):
     return config, [(c["claim"], c["measured"], c["status"]) for c in m["claims"]], m["ppl"]
 
 
+@pytest.mark.slow
 def test_cells_equal_reproduce_runs_and_a_rerun_skips_them(local_ray, tiny, tmp_path, capsys):
     """Equal to the last bit, at the cell's thread count (float sums are ordered by the threads)."""
     out = tmp_path / "sweep"
@@ -70,6 +72,7 @@ def test_cells_equal_reproduce_runs_and_a_rerun_skips_them(local_ray, tiny, tmp_
     assert stamp == {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/metrics.json")}
 
 
+@pytest.mark.slow
 def test_a_failing_cell_is_reported_and_the_others_go_on(local_ray, tiny, tmp_path, capsys):
     out, good = tmp_path / "sweep", tiny[1].removeprefix("text=")
     sets = [s for s in tiny if not s.startswith("text=")]
@@ -86,6 +89,7 @@ def test_a_failing_cell_is_reported_and_the_others_go_on(local_ray, tiny, tmp_pa
     assert "4/4 cells done (2 were already)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_table_after_each_cell_equals_a_fresh_reading(local_ray, tiny, tmp_path, monkeypatch):
     """After each cell the sweep re-reads that cell only; the table it writes is what re-reading all gives."""
     from attnlab.sweep import report
@@ -115,6 +119,7 @@ def _stop_after(argv, folder, cells: int, signum) -> tuple[int, str]:
     return proc.returncode, out.decode() + err.decode()[-300:]
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_resumes_to_the_uninterrupted_result(local_ray, tiny, tmp_path):
     """Stopped by kill (SIGTERM), resumed, stopped again by Ctrl-C (SIGINT), resumed to the end."""
     grid = ["budget=8,12,16", "n_sink=2,4", "dense_chunk=16,32"]  # 12 cells, one at a time
@@ -293,6 +298,7 @@ def test_resuming_in_a_folder_become_read_only_is_one_line_exit_2(tiny, tmp_path
     assert (out / "sweep.json").read_text() == manifest and os.listdir(out) == ["sweep.json"]
 
 
+@pytest.mark.slow
 def test_no_other_command_imports_ray():
     code = ("import sys; from attnlab.cli import build_parser; build_parser(); "
             "from attnlab.experiments import registry; registry.load_all(); print('ray' in sys.modules)")

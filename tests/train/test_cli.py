@@ -136,6 +136,7 @@ def test_out_that_cannot_be_written_is_refused_first(corpus, tmp_path, capsys, m
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated"])
+@pytest.mark.slow
 def test_resume_from_a_damaged_checkpoint(corpus, tmp_path, capsys, damage):
     out = tmp_path / "run"
     assert _train(corpus, out, "--steps", "2") == 0
@@ -245,6 +246,7 @@ def _refuse_checkpoint(monkeypatch, after: int = 0, exc=None):
     monkeypatch.setattr(trainer, "write_atomic", write)
 
 
+@pytest.mark.slow
 def test_a_full_disk_before_the_first_checkpoint_leaves_nothing(corpus, tmp_path, capsys, monkeypatch):
     _refuse_checkpoint(monkeypatch)
     out = tmp_path / "a" / "run"
@@ -283,6 +285,7 @@ def _unfinished_start(corpus, out):
 
 
 @pytest.mark.parametrize("resume", [[], ["--resume"]])
+@pytest.mark.slow
 def test_a_start_killed_before_its_first_checkpoint_starts_again(corpus, tmp_path, capsys, resume):
     """No dead end: the re-run said "add --resume", and --resume said "start without --resume"."""
     out = tmp_path / "run"
@@ -296,6 +299,7 @@ def test_a_start_killed_before_its_first_checkpoint_starts_again(corpus, tmp_pat
     assert _lines(out) == straight and (out / "checkpoint.pt").is_file()
 
 
+@pytest.mark.slow
 def test_a_killed_start_resumed_with_other_settings_is_refused(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     _unfinished_start(corpus, out)

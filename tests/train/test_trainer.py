@@ -31,6 +31,7 @@ def _trainer(tmp, **kw):
 
 
 @pytest.mark.parametrize("batching", ["bptt", "random"])
+@pytest.mark.slow
 def test_killed_and_resumed_run_writes_identical_metrics(tmp_path, batching):
     full = _trainer(tmp_path / "full", batching=batching).fit(show_progress=False)
 
@@ -49,6 +50,7 @@ def test_killed_and_resumed_run_writes_identical_metrics(tmp_path, batching):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_metrics_content_and_learning(tmp_path):
     tr = _trainer(tmp_path, steps=60, lr=0.01, optimizer="adam", track_every=20, eval_every=20)
     lines = tr.fit(show_progress=False)
@@ -132,6 +134,7 @@ def test_damaged_checkpoint_is_one_usage_error_and_touches_nothing(tmp_path, dam
     assert (run / "metrics.jsonl").read_text() == before
 
 
+@pytest.mark.slow
 def test_torn_last_metrics_line_is_dropped_and_the_file_replaced(tmp_path, capsys):
     full = _trainer(tmp_path / "full").fit(show_progress=False)
     run = _killed_run(tmp_path / "cut")

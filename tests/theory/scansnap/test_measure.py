@@ -2,6 +2,7 @@
 from dataclasses import replace
 
 import numpy as np
+import pytest
 import torch
 
 from attnlab.theory.scansnap.data import SeqClassConfig, SeqClassDistribution
@@ -24,6 +25,7 @@ def _one_seed(T: int, seed: int, marks: np.ndarray) -> list[float]:
             for i, k in enumerate(marks)]
 
 
+@pytest.mark.slow
 def test_sgd_vs_ode_batches_the_seeds_without_changing_a_run():
     runs = []
     out = sgd_vs_ode(DATA, (16, 32), 2, ETA_Z, ETA_Y, DT, T_END, BATCH, on_run=lambda: runs.append(1))

@@ -206,6 +206,7 @@ def test_integrate_flow_rejects_bad_input():
 
 
 # --------------------------------------------------------------------------- SGD ≈ ODE
+@pytest.mark.slow
 def test_large_batch_small_step_sgd_tracks_the_ode():
     """Momentum 0, learning rate η·dt: one SGD step is Δt = dt of the flow; with a big batch
     and long sequences, SGD follows the population ODE from the same (default) init."""
