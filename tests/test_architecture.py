@@ -13,7 +13,7 @@ ADAPTERS = {
     "models/arch.py", "models/causal_lm.py", "models/pretrained.py", "models/tokenizer.py", "models/trace.py",
     "models/cli.py", "models/fetch.py", "models/variants.py", "evals/passkey.py", "data/hub.py",
     "kv/cache.py", "kv/layer.py", "kv/attention.py",  # the Cache, its layers and the attention that reads them
-    "sparsity/predictors.py",  # saves Deja Vu's predictors as safetensors (the format, not transformers)
+    "sparsity/predictor_store.py",  # saves Deja Vu's predictors as safetensors (the format, not transformers)
     "sparsity/speed.py",  # times greedy decode through transformers' DynamicCache
 }
 
