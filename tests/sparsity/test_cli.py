@@ -153,6 +153,7 @@ def test_another_models_predictors_are_refused_in_one_line(setup, tmp_path, caps
     tiny("llama", **{"vocab_size": 300, "max_position_embeddings": 64, "tie_word_embeddings": True,
                      "bos_token_id": 256, "eos_token_id": 256, **other}).save_pretrained(another)
     byte_tokenizer().save_pretrained(another)
+    capsys.readouterr()  # what saving the model printed (transformers' progress bar)
     out = tmp_path / "o"
     assert main(_argv((another, text, calib), out, "--rule", "predicted", "--predictors", str(run))) == 2
     err = capsys.readouterr().err.strip()
