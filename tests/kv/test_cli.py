@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.kv.cache import PolicyCache
 from attnlab.evals.streaming import recompute_nll, stream_nll
+from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 from tiny_models import save_gpt2, save_hf, tiny_llama
 
@@ -92,6 +92,7 @@ def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, mess
     if "GPT2" in argv:
         g = save_gpt2(tmp_path / "gpt2")
         argv = [a if a != "GPT2" else str(g) for a in argv]
+        capsys.readouterr()  # saving the model may print its own progress
     base = ["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--out", str(tmp_path / "o")]
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
@@ -116,7 +117,7 @@ def test_chunked_dense_streaming_is_exact_and_recompute_with_a_long_window_is_de
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, long, n_claims", [("streaming-ppl", 0, 3), ("streaming-ppl", 96, 6), ("h2o-ppl", 0, 1)])
+@pytest.mark.parametrize("name, long, n_claims", [("streaming-ppl", 0, 3), ("streaming-ppl", 96, 6), ("h2o-ppl", 0, 3)])
 def test_streaming_experiments_state_their_claims(setup, tmp_path, name, long, n_claims):
     model, text = setup
     out = tmp_path / name
@@ -134,8 +135,28 @@ def test_streaming_experiments_state_their_claims(setup, tmp_path, name, long, n
         assert all(64 - 1 <= t < long - 1 for t in control["past"]["positions"])
         assert [c["status"] == "finding" for c in claims] == [False] * 5 + [True]
     if name == "h2o-ppl":  # the budget-split sweep: the claim's split and the swept one, in order
-        assert list(json.loads((out / "metrics.json").read_text())["sinks_h2o_ppl_by_recent"]) == ["4", "8"]
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert list(metrics["sinks_h2o_ppl_by_recent"]) == ["4", "8"]
+        assert list(metrics["ppl"]) == ["dense", "sinks 4+12", "h2o 8 heavy+8 recent", "sinks+h2o 4+4+8", "knorm 16"]
+        assert [c["status"] for c in claims] == ["finding", "holds" if claims[1]["holds"] else "fails", "finding"]
+        assert claims[1]["claim"].startswith("knorm") and 0 <= claims[2]["measured"] <= 1
         assert (out / "h2o_split.png").exists()
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["policies=sinks,sinks+h2o,full"], "policies ['full']: use some of window, sinks, h2o, sinks+h2o, knorm"),
+    (["policies=sinks,knorm"], "keep both"),
+    (["budget=12", "recent=8"], "use a budget >= 13"),
+    (["sweep_recent=13"], "sweep_recent 13 must lie in (0, budget - n_sink) = (0, 12)"),
+])
+def test_h2o_ppl_policies_and_budgets_are_checked_before_any_run(setup, tmp_path, capsys, sets, message):
+    model, text = setup
+    sets = [f"model={model}", f"text={text}", "tokens=64", "budget=16", "recent=8"] + sets
+    out = tmp_path / "o"
+    assert main(["reproduce", "h2o-ppl", "--out", str(out)] + [a for s in sets for a in ("--set", s)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("sets, message", [(["long_tokens=96", "recompute_samples=0"], "recompute_samples=0"),

@@ -13,6 +13,7 @@ EPILOG = """examples:
   attnlab stream --model smollm2 --policy sinks --budget 256 --out runs/sinks
   attnlab stream --model smollm2 --policy sinks+h2o --budget 256 --recent 128 --tokens 4096 --out runs/sh2o
   attnlab stream --model smollm2 --policy h2o --budget 0.2 --positions original --out runs/h2o20
+  attnlab stream --model smollm2 --policy knorm --budget 256 --out runs/knorm   # keys of smallest L2 norm
   attnlab stream --model runs/llama/model --text war-and-peace --policy window --budget 128 --out runs/w
 
 --chunk N feeds N tokens per forward: exact for the dense cache, an approximation for the

@@ -2,7 +2,8 @@
 
 ``streaming-ppl``: dense vs window-only vs 1 and 4 sinks + window (StreamingLLM Table 1 / Fig. 3),
 and a stream longer than the model's context (rolling positions stay flat, dense degrades).
-``h2o-ppl``: heavy hitters at the same budget (H2O; StreamH2O = sinks + heavy + recent).
+``h2o-ppl``: heavy hitters at the same budget (H2O; StreamH2O = sinks + heavy + recent), and any other
+registered policy beside them (knorm: the smallest key norms).
 Every policy really evicts (stored keys/values shrink) and uses rolling positions; the NLL of
 each token is measured as it streams through the cache, one token at a time.
 """
@@ -12,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from attnlab.core.errors import ConfigError
 from attnlab.evals.inputs import load_stream
@@ -20,7 +22,7 @@ from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.plots import split_figure, stream_figure
-from attnlab.kv.policies import make_policy
+from attnlab.kv.policies import POLICIES, make_policy
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,30 @@ class StreamConfig(_StreamInput):
 
 @dataclass(frozen=True)
 class H2OConfig(_StreamInput):
-    recent: int = 128  # H2O's half heavy / half recent split (the claim's)
+    # the policies compared at the budget (names in attnlab.kv.policies.POLICIES; the dense cache always runs):
+    # sinks+h2o is measured against sinks, and so is knorm (added 2026-11-25, with its claim)
+    policies: tuple[str, ...] = ("sinks", "h2o", "sinks+h2o", "knorm")
+    recent: int = 128  # the h2o policies' recent window: H2O's half heavy / half recent split
     sweep_recent: tuple[int, ...] = (64, 192, 224)  # other splits of the same budget, measured (not claimed)
+    # claim threshold, fixed before knorm's first run (2026-11-25): knorm keeps no recent window, and Devoto et
+    # al. find perplexity kept only to ~50% eviction (here 7/8 of the stream is evicted), so knorm is expected
+    # above sinks+window: PPL ratio knorm / sinks >= 1
+    knorm_over_sinks: float = 1.0
+
+    def __post_init__(self):
+        if unknown := [p for p in self.policies if p not in POLICIES or p == "full"]:
+            raise ConfigError(f"policies {unknown}: use some of {', '.join(n for n in POLICIES if n != 'full')} "
+                              "(the dense cache always runs)")
+        if not {"sinks", "sinks+h2o"} <= set(self.policies):
+            raise ConfigError(f"policies={self.policies}: h2o-ppl compares sinks+h2o with sinks, keep both")
+        for name in self.policies:  # an impossible budget: make_policy's own line, before any stream
+            self.policy(name)
+        if bad := [rr for rr in self.sweep_recent if not 0 < rr < self.budget - self.n_sink]:
+            raise ConfigError(f"sweep_recent {bad[0]} must lie in (0, budget - n_sink) = (0, {self.budget - self.n_sink})")
+
+    def policy(self, name: str):
+        """The policy ``name`` at this budget (each reads the options it has: n_sink, recent)."""
+        return make_policy(name, self.budget, self.n_sink, self.recent)
 
 
 def _run(model, ids, label, ctx, chunk=1, positions="rolling", **policy) -> StreamResult:
@@ -166,25 +190,32 @@ def _long_stream(cfg: StreamConfig, model, ids, ctx, context: int):
 def run_h2o(cfg: H2OConfig, ctx) -> Result:
     model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx.device)
     b, s, r = cfg.budget, cfg.n_sink, cfg.recent
-    runs = {"dense": _run(model, ids, "dense", ctx, 256, name="full"),
-            f"sinks {s}+{b - s}": _run(model, ids, "sinks", ctx, name="sinks", budget=b, n_sink=s),
-            f"h2o {b - r} heavy+{r} recent": _run(model, ids, "h2o", ctx, name="h2o", budget=b, recent=r),
-            f"sinks+h2o {s}+{b - s - r}+{r}": _run(model, ids, "sinks+h2o", ctx, name="sinks+h2o", budget=b,
-                                                   n_sink=s, recent=r)}
+    policies = {name: cfg.policy(name) for name in cfg.policies}
+    runs = {"dense": _run(model, ids, "dense", ctx, 256, name="full")}
+    caches = {}
+    for name, policy in policies.items():
+        caches[name] = PolicyCache(model, policy, "rolling")
+        with ctx.progress(len(ids) - 1, name) as bar:
+            runs[policy.label()] = stream_nll(model, ids, caches[name], 1, bar)
     ppl = {k: v.ppl for k, v in runs.items()}
-    dense, sinks, h2o, both = ppl.values()
-    claims = [check(f"sinks+h2o beats sinks+window at budget {b}: PPL ratio ({both:.3f} / {sinks:.3f})",
-                    both / sinks, 1.0, 0.0, "at_most")]
+    sinks, both = (ppl[policies[n].label()] for n in ("sinks", "sinks+h2o"))
+    # a claim (<= 1) until 2026-11-25: it held by 0.2% (0.998) on one text and failed in the quick mode (1.12), a
+    # margin one text cannot tell from noise, so it is measured, not claimed
+    claims = [finding(f"sinks+h2o over sinks+window at budget {b}: PPL ratio ({both:.3f} / {sinks:.3f})", both / sinks)]
+    if "knorm" in policies:
+        knorm = ppl[policies["knorm"].label()]
+        claims += [check(f"knorm (smallest key norms, no recent window) above sinks+window at budget {b}: PPL ratio "
+                         f"({knorm:.3f} / {sinks:.3f})", knorm / sinks, cfg.knorm_over_sinks, 0.0, "at_least"),
+                   finding("knorm: share of (layer, KV head) pairs still holding the stream's first token (the "
+                           "attention sink) at the end of the stream", _holds_first(caches["knorm"]))]
     # How to split a budget between heavy and recent tokens (users ask): the same budget, other splits
     split = {r: both}
     for rr in cfg.sweep_recent:
-        if not 0 < rr < b - s:
-            raise ConfigError(f"sweep_recent {rr} must lie in (0, budget - n_sink) = (0, {b - s})")
         split[rr] = _run(model, ids, f"sinks+h2o recent {rr}", ctx, name="sinks+h2o", budget=b, n_sink=s,
                          recent=rr).ppl
     split = dict(sorted(split.items()))
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "h2o_nll.png")
-    split_figure(ctx, split, b, s, sinks, dense)
+    split_figure(ctx, split, b, s, sinks, ppl["dense"])
     summary = (f"{cfg.model} on {cfg.tokens} tokens of {cfg.text}, budget {b}, token by token, rolling positions. "
                "PPL: " + ", ".join(f"{k} {v:.3f}" for k, v in ppl.items()) + ". sinks+h2o by recent window: "
                + ", ".join(f"{rr} recent {v:.3f}" for rr, v in split.items()) + ".")
@@ -194,3 +225,8 @@ def run_h2o(cfg: H2OConfig, ctx) -> Result:
         "h2o_nll.png": "NLL per position (mean over 64-token windows); KV bytes stored; tokens/s along the stream.",
         "h2o_split.png": "sinks+h2o PPL at one budget as the recent window takes more of it (heavy hitters fewer)."},
         summary)
+
+
+def _holds_first(cache: PolicyCache) -> float:
+    """Share of (layer, batch row, KV head) that still store stream index 0."""
+    return float(torch.stack([(layer.pos == 0).any(-1).float().mean() for layer in cache.layers]).mean())
