@@ -4,6 +4,7 @@ import json
 import pytest
 
 from attnlab.cli import main
+from attnlab.recall.experiments import StreamEvalConfig, _claims, _findings
 from tiny_models import save_hf
 
 SETS = ["--set", "lines=12", "--set", "query_every=3", "--set", "distances=2,7", "--set", "budgets=140",
@@ -38,6 +39,7 @@ def _same_answers(one, two):
     (["--set", "budgets=20"], "smaller than 4 sink"),
     (["--set", "distances=40"], "longer than the stream"),
     (["--set", "policies=lru"], "policies"),
+    (["--set", "policies=sinks,full"], "policies ['full']: use some of window, sinks, h2o, sinks+h2o, knorm"),
     (["--set", "passkey_budget=12"], "passkey_budget"),
     (["--set", "positions=absolute"], "positions"),
     (["--set", "answer_tokens=0"], "answer_tokens"),
@@ -50,3 +52,28 @@ def test_bad_configs_are_one_line_and_exit_2(tmp_path, capsys, sets, message):
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "bad").exists()
+
+
+def _answers(correct, distances, kept):
+    return {"answers": [{"correct": c, "nominal": 3, "token_distance": d, "kept": k}
+                        for c, d, k in zip(correct, distances, kept)]}
+
+
+def test_what_an_evicted_value_cannot_answer_is_a_finding_and_scored_policies_report_what_they_kept():
+    """sinks+window's accuracy once the value is evicted is reported, never checked (it cannot fail); the
+    StreamH2O claim counts the queries older than sinks+h2o's own recent window; every policy that keeps slots
+    by a per-head score (h2o, sinks+h2o, knorm -- not sinks, not window) gets its kept-share findings."""
+    cfg = StreamEvalConfig(distances=(3,), budgets=(100,), policies=("sinks", "sinks+h2o", "knorm", "window"))
+    dist = [10, 40, 60, 90]  # tokens back; sinks+h2o's recent window is 50
+    runs = {"full": _answers([True] * 4, dist, [1.0] * 4),
+            "sinks 4+96": _answers([True, True, False, False], dist, [1.0, 1.0, 0.0, 0.0]),
+            "sinks+h2o 100": _answers([True, False, True, True], dist, [1.0, 1.0, 0.5, 0.25]),
+            "knorm 100": _answers([False, False, True, False], dist, [0.5, 0.5, 1.0, 0.0]),
+            "window 100": _answers([True, True, False, False], dist, [1.0, 1.0, 0.0, 0.0])}
+    claims = _claims(cfg, runs)
+    assert [c.status for c in claims] == ["holds", "holds", "finding", "holds"]
+    assert claims[2].claim.startswith("sinks 4+96: once the value is evicted (2 queries)") and claims[2].measured == 0
+    assert "of the 2 queries older than its recent window (50 tokens)" in claims[3].claim and claims[3].measured == 2
+    found = {c.claim.split(":")[0]: c.measured for c in _findings(cfg, runs) if "(layer, KV head)" in c.claim}
+    assert list(found) == ["sinks+h2o 100", "knorm 100"]
+    assert cfg.recent_windows() == {"sinks+h2o 100": 50, "knorm 100": 0}

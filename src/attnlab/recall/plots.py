@@ -1,5 +1,6 @@
 """Figures of ``streameval``: accuracy per cache and distance (the seed's table as a heat map), and, for the
-H2O family, how often the value was still held when the answer began."""
+caches that keep slots by a per-head score (H2O family, knorm), how often the value was still held when the
+answer began."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,9 +29,9 @@ def accuracy_figure(streams: dict[str, dict], distances):
     return fig
 
 
-def kept_figure(streams: dict[str, dict], distances):
-    """For each H2O-family cache: share of heads holding the value, by distance, right vs wrong answers."""
-    names = [k for k in streams if "h2o" in k]
+def kept_figure(streams: dict[str, dict], names: list[str], distances):
+    """For each cache in ``names`` (those that keep slots by a per-head score): share of heads holding the
+    value, by distance, right vs wrong answers."""
     fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), layout="constrained", squeeze=False)
     for ax, k in zip(axes[0], names):
         answers = streams[k]["answers"]
