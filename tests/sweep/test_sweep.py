@@ -159,10 +159,13 @@ def test_a_sweep_killed_by_sigkill_leaves_no_ray_process(tiny, tmp_path):
     proc.kill()
     proc.wait()
     assert len(started) >= 4, started  # the watchdog, gcs_server, raylet, a worker at least
+    def alive():
+        return {(p, s) for p, s in started if reaper.table().get(p, (0, None))[1] == s}
+
     deadline = time.time() + 30
-    while (alive := {(p, s) for p, s in started if reaper.table().get(p, (0, None))[1] == s}) and time.time() < deadline:
+    while alive() and time.time() < deadline:
         time.sleep(0.2)
-    assert not alive
+    assert not alive()
 
 
 def test_the_watchdog_follows_what_the_driver_starts_and_nothing_else():

@@ -4,14 +4,14 @@ a transformers model that saves and reloads with it.
 ``attnlab_llama`` is a Llama whose config carries ``attention_variant`` (and, for ``sink-token``,
 ``sink_token_id``). :func:`register` (idempotent; :func:`attnlab.models.causal_lm.load_causal_lm` calls
 it) makes it known to ``AutoConfig`` and ``AutoModelForCausalLM``, so ``from_pretrained`` on a run's
-model/ folder rebuilds the same variant; importing this module changes nothing of transformers'. Its attention
-module adds what the variant learns -- ``sinks`` (H,) for sink-logit (a zero buffer for softmax1:
-the off-by-one is a sink logit fixed at 0, saved with the weights), ``gate`` (d_model -> H) for gated -- and every attention
-function it runs under reads them. Under transformers' own names the module picks ours: ``sdpa``
-runs fused SDPA where the normaliser is plain softmax and the eager sink normaliser where it is not;
-``eager`` (what the trainer's probe switches to for maps) always returns the probabilities under the
-variant's normaliser. Any other name is looked up as usual: ``attnlab_kv`` (the evicting cache,
-:mod:`attnlab.kv.attention`) reads ``sinks`` itself. Vanilla ``softmax`` models stay plain
+model/ folder rebuilds the same variant; importing this module changes nothing of transformers'. Its
+attention module adds what the variant learns -- ``sinks`` (H,) for sink-logit (a zero buffer for
+softmax1: the off-by-one is a sink logit fixed at 0, saved with the weights), ``gate`` (d_model -> H)
+for gated -- and every attention function it runs under reads them. Under transformers' own names the
+module picks ours: ``sdpa`` runs fused SDPA where the normaliser is plain softmax and the eager sink
+normaliser where it is not; ``eager`` (what the trainer's probe switches to for maps) always returns
+the probabilities under the variant's normaliser. Any other name is looked up as usual: ``attnlab_kv``
+(the evicting cache, :mod:`attnlab.kv.attention`) reads ``sinks`` itself. Vanilla ``softmax`` models stay plain
 ``LlamaForCausalLM`` checkpoints. Pinned to transformers 5.23.
 """
 from __future__ import annotations

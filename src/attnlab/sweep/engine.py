@@ -53,7 +53,8 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
 
 def connect(address: str | None, num_cpus: int) -> Callable[[], None]:
     """Start Ray on this machine with ``num_cpus`` CPUs (``address`` None) or join the cluster at ``address``
-    (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``; :func:`check_reachable` it first). Returns how to disconnect (nothing, if Ray was up already)."""
+    (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``; :func:`check_reachable` it first). Returns how to
+    disconnect (nothing, if Ray was up already)."""
     ray = _ray()
     if ray.is_initialized():  # e.g. a notebook or a test that started Ray: use it, leave it running
         return lambda: None

@@ -83,7 +83,8 @@ def markdown(grid: Grid, table: list[dict], chosen: list[str]) -> str:
     lines = [f"# sweep: {grid.experiment}", "",
              f"{len(done)}/{len(table)} cells done, {sum(r['status'] == 'failed' for r in table)} failed, "
              f"{sum(r['status'] == 'not run' for r in table)} not run. Fixed settings: "
-             + (", ".join(f"{k}={v}" for k, v in grid.every_cell) or "none") + (" (quick)" if grid.quick else "") + ".", "",
+             + (", ".join(f"{k}={v}" for k, v in grid.every_cell) or "none")
+             + (" (quick)" if grid.quick else "") + ".", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table:
         cells = [r["axes"][k] for k in keys] + [r["status"]]

@@ -183,7 +183,8 @@ def integrate(
     return Trajectory(t, v, False, stats=stats)
 
 
-def integrate_linear(delta, scale: float = 2.0, cap: float = 6.0, rtol: float = 1e-12, atol: float = 1e-14) -> Trajectory:
+def integrate_linear(delta, scale: float = 2.0, cap: float = 6.0, rtol: float = 1e-12,
+                     atol: float = 1e-14) -> Trajectory:
     """The linear ODE from v = 0 for one Δ (M,), run until a component's |v| reaches ``cap``.
 
     t_end is set past the closed-form blow-up (×1.5) only so the solver has room to reach it;
