@@ -151,9 +151,10 @@ def test_list_follows_the_talk(capsys):
     assert set(names["JoMA"]) == {"joma-invariants", "joma-linear", "joma-nonlinear", "joma-cooccurrence",
                                   "joma-hierarchy"}
     assert names["real text"] == ["scansnap-fig7", "joma-wikitext"]
-    assert names["probes: inside a pretrained model"] == ["probes"]
-    assert names["KV-cache policies"] == ["streaming-ppl", "h2o-ppl"]
-    assert names["RoPE scaling"] == ["passkey", "rope-zero-shot", "pi-finetune"]  # experiments, then exp_*
+    # a package's experiments module first, then its exp_* modules by name; the commands are experiments too
+    assert names["probes: inside a pretrained model"] == ["probes", "probe"]
+    assert names["KV-cache policies"] == ["streaming-ppl", "h2o-ppl", "stream"]
+    assert names["RoPE scaling"] == ["passkey", "rope-zero-shot", "pi-finetune", "longppl"]
     assert [n for _, ns in parts for n in ns] == list(registry.load_all())
 
 

@@ -75,14 +75,15 @@ def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
             base[f.name] = tuple(value)
         elif value is not None:
             overrides[f.name] = value
-    return config_mod.resolve(config_cls, overrides, base)
+    flags = {f.name: _flag(f) for f in dataclasses.fields(config_cls)}
+    return config_mod.resolve(config_cls, overrides, base, lambda key, text: f"{flags[key]} {text}")
 
 
-def add_experiment_command(sub, name: str, config_cls: type, help: str, description: str,
-                           epilog: str = "", skip: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+def add_experiment_command(sub, name: str, config_cls: type, help: str, description: str, epilog: str = "",
+                           skip: tuple[str, ...] = (), formatter_class: type = HelpFormatter) -> argparse.ArgumentParser:
     """``attnlab NAME``: the registered experiment ``name`` with its config's fields as flags, plus
-    ``--out`` and ``--device``."""
-    p = sub.add_parser(name, help=help, description=description, epilog=epilog, formatter_class=HelpFormatter)
+    ``--out`` and ``--device`` (``formatter_class``: a :class:`HelpFormatter` that adds to the help)."""
+    p = sub.add_parser(name, help=help, description=description, epilog=epilog, formatter_class=formatter_class)
     add_config_flags(p, config_cls, skip)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--out", required=True, type=Path, help="output folder (config.json, metrics.json, report.md, "

@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 import types
 import typing
-from typing import Any
+from typing import Any, Callable
 
 from attnlab.core.errors import UsageError
 
@@ -32,7 +32,8 @@ def to_json(cfg: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
-def _parse(text: str, typ: Any, key: str) -> Any:
+def _parse(text: str, typ: Any, where: str) -> Any:
+    """``text`` read as ``typ``; ``where`` is how the user wrote it ("--set key=text", "--flag text")."""
     origin = typing.get_origin(typ)
     if origin in (typing.Union, types.UnionType):  # int | float, int | None: the first type that reads it
         options = typing.get_args(typ)
@@ -40,15 +41,15 @@ def _parse(text: str, typ: Any, key: str) -> Any:
             return None
         for option in (t for t in options if t is not type(None)):
             try:
-                return _parse(text, option, key)
+                return _parse(text, option, where)
             except UsageError:
                 pass
         names = " or ".join("none" if t is type(None) else getattr(t, "__name__", str(t)) for t in options)
-        raise UsageError(f"--set {key}={text}: expected a value of type {names}")
+        raise UsageError(f"{where}: expected a value of type {names}")
     try:
         if origin is tuple:
             (elem, *_rest) = typing.get_args(typ)
-            return tuple(_parse(t.strip(), elem, key) for t in text.split(",") if t.strip())
+            return tuple(_parse(t.strip(), elem, where) for t in text.split(",") if t.strip())
         if typ is bool:
             low = text.lower()
             if low in ("1", "true", "yes", "on"):
@@ -63,7 +64,7 @@ def _parse(text: str, typ: Any, key: str) -> Any:
         return text
     except ValueError:
         name = getattr(typ, "__name__", str(typ))
-        raise UsageError(f"--set {key}={text}: expected a value of type {name}") from None
+        raise UsageError(f"{where}: expected a value of type {name}") from None
 
 
 def did_you_mean(key: str, keys) -> str:
@@ -72,9 +73,15 @@ def did_you_mean(key: str, keys) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
-def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dict[str, Any] | None = None) -> Any:
+def set_flag(key: str, text: str) -> str:
+    return f"--set {key}={text}"
+
+
+def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dict[str, Any] | None = None,
+            spelled: Callable[[str, str], str] = set_flag) -> Any:
     """Instantiate ``config_cls`` with ``base`` (already-typed values, e.g. demo's quick mode)
-    then ``overrides`` (strings from the command line) applied on top."""
+    then ``overrides`` (strings from the command line) applied on top; ``spelled(key, text)`` is how an
+    error names a value the user gave (``--set key=text`` unless a command's own flag gave it)."""
     default = config_cls()
     flat = flatten(default)
     hints = field_types(config_cls)
@@ -82,7 +89,7 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     for key, text in (overrides or {}).items():
         if key not in flat:
             raise UsageError(f"unknown config key {key!r}: {did_you_mean(key, flat)}keys are: {', '.join(flat)}")
-        values[key] = _parse(text, hints[key], key)
+        values[key] = _parse(text, hints[key], spelled(key, text))
     return _build(config_cls, values)
 
 

@@ -44,6 +44,5 @@ class _WithProbeList(HelpFormatter):
 
 
 def add_commands(sub) -> None:
-    p = add_experiment_command(sub, "probe", ProbeRun, help="probes of a pretrained model: attention sinks, heavy "
-                               "hitters, ...", description=__doc__, epilog=EPILOG)
-    p.formatter_class = _WithProbeList
+    add_experiment_command(sub, "probe", ProbeRun, help="probes of a pretrained model: attention sinks, heavy "
+                           "hitters, ...", description=__doc__, epilog=EPILOG, formatter_class=_WithProbeList)
