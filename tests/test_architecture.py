@@ -90,3 +90,14 @@ def test_help_loads_neither_pytorch_nor_transformers():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", f"building the parser imported {done.stdout.strip()}"
+
+
+def test_the_entry_contract_protects_every_experiment_module():
+    """import-linter's wildcards replace whole names only, so the `entry` contract lists the exp_* modules;
+    a new one missing from that list would be importable as a library unnoticed."""
+    import tomllib
+
+    config = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    protected = next(c for c in config if c["id"] == "entry")["protected_modules"]
+    found = {".".join(p.relative_to(SRC.parent).with_suffix("").parts) for p in SRC.rglob("exp_*.py")}
+    assert found and found <= set(protected), f"add to pyproject's entry contract: {sorted(found - set(protected))}"
