@@ -66,7 +66,7 @@ def test_sink_table_command(tmp_path, capsys):
     (["--sinks", "0,4", "--window", "4"], "--sinks 0,4 with --window 4: each must be >= 0 and below the window"),
     (["--sinks", "-1"], "--sinks -1 with --window 256"),
     (["--sinks", ""], "--sinks  with --window 256"),
-    (["--sinks", "a"], "sinks=a: expected a value of type int"),
+    (["--sinks", "a"], "--sinks a: expected a value of type int"),
     (["--tokens", "256"], "--tokens 256 must exceed --window 256"),
 ])
 def test_sink_table_bad_input_is_one_line_exit_2_before_any_model_is_loaded(tmp_path, capsys, argv, says):

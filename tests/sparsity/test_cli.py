@@ -74,7 +74,7 @@ def test_speed_times_dense_and_gather_decode_on_the_same_prompt(setup, tmp_path,
     (["--rule", "teal", "--calibration", "TEXT"], "is the evaluation text"),
     (["--text", "no/such/file.txt"], "--text PATH"),
     (["--window", "1"], "--window 1"),
-    (["--keep", "half"], "keep=half: expected a value of type float"),  # parsed as --set parses it
+    (["--keep", "half"], "--keep half: expected a value of type float"),  # parsed as --set parses it, named as written
     (["--speed", "--speed-steps", "0"], "--speed-steps 0"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(setup, tmp_path, capsys, extra, message):

@@ -94,10 +94,8 @@ def probe_options(texts: tuple[str, ...], names: tuple[str, ...]) -> dict:
         given[key] = value
     # the options, as a config whose fields are the constructors' parameters: read as --set reads a field
     fields = [(k, t, dataclasses.field(default=None)) for k, t in takes.items()]
-    try:
-        parsed = config_mod.resolve(dataclasses.make_dataclass("ProbeOptions", fields, frozen=True), given)
-    except UsageError as e:
-        raise UsageError(str(e).replace("--set ", "--option ", 1)) from None
+    parsed = config_mod.resolve(dataclasses.make_dataclass("ProbeOptions", fields, frozen=True), given,
+                                spelled=lambda key, text: f"--option {key}={text}")
     return {k: getattr(parsed, k) for k in given}
 
 
