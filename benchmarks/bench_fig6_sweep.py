@@ -64,7 +64,8 @@ def naive_run(dist: SeqClassDistribution, eta_z: float, ratio: float, seed: int)
     Z = nn.Linear(M, M, bias=False)  # K2: z_{ml} = Z.weight[m, l]
     opt_y = torch.optim.SGD(Y.parameters(), lr=eta_z * ratio, momentum=0.9)
     opt_z = torch.optim.SGD(Z.parameters(), lr=eta_z, momentum=0.9)
-    facts = [(dist.support[n], dist.support_P[n].float(), int(dist.query[n]), int(dist.label[n])) for n in range(dist.K)]
+    facts = [(dist.support[n], dist.support_P[n].float(), int(dist.query[n]), int(dist.label[n]))
+             for n in range(dist.K)]
     for _ in range(STEPS):
         x = torch.empty(BATCH, T, dtype=torch.long)
         label = torch.empty(BATCH, dtype=torch.long)
@@ -109,7 +110,8 @@ def main() -> None:
     naive_full = naive_measured * len(all_runs) / len(chosen)
 
     # agreement: each naive run against the spread of attnlab's 10 seeds in the same cell
-    zs = [abs(e - statistics.mean(fast_cells[k])) / statistics.stdev(fast_cells[k]) for k, v in naive_ent.items() for e in v]
+    zs = [abs(e - statistics.mean(fast_cells[k])) / statistics.stdev(fast_cells[k])
+          for k, v in naive_ent.items() for e in v]
     out = {
         "machine": machine(),
         "runs": len(all_runs),

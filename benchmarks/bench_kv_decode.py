@@ -20,10 +20,10 @@ import time
 import torch
 from transformers import DynamicCache
 
-from attnlab.kv.cache import PolicyCache
-from attnlab.models.pretrained import load_model_and_tokenizer
-from attnlab.kv.policies import make_policy
 from attnlab.data.sources import read_corpus
+from attnlab.kv.cache import PolicyCache
+from attnlab.kv.policies import make_policy
+from attnlab.models.pretrained import load_model_and_tokenizer
 
 
 def _sync(device):

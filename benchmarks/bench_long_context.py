@@ -18,8 +18,8 @@ import torch
 
 from attnlab.evals.inputs import text_ids
 from attnlab.evals.longppl import scored_nll
-from attnlab.models.pretrained import load_model_and_tokenizer
 from attnlab.evals.passkey import PasskeyPrompts, passkey_cases, retrieve
+from attnlab.models.pretrained import load_model_and_tokenizer
 
 from host import peak_rss_mib  # benchmarks/host.py
 

@@ -122,7 +122,8 @@ def kernel_variants(d: int, n: int, batch: int, keep: float, copies: int, overla
     def cats(i, s):  # CATS: the dense gate decides; only the kept rows of W_up and W_down^T are read
         r = rows[s % len(rows)]
         a = F.silu(lay.gate[i](x))  # (B, n)
-        return rows_matmul(a.index_select(1, r) * rows_linear(x, lay.up[i], r, scratch), lay.down_t[i], r, None, scratch)
+        return rows_matmul(a.index_select(1, r) * rows_linear(x, lay.up[i], r, scratch),
+                           lay.down_t[i], r, None, scratch)
 
     def cached(c: ActiveSet, mask=None):
         if mask is not None:
@@ -227,7 +228,8 @@ def e2e_variants(model, masks: dict, rules: dict, args) -> dict:
     out = {"dense (transformers)": contextlib.nullcontext, "MLP skipped (ceiling)": lambda: no_mlp(model)}
     for keep, m in masks.items():
         for mode in args.layouts if keep == KEEPS[0] else ("gather",):
-            out[f"{mode} keep {keep:.0%}, oracle set given"] = lambda m=m, mode=mode: SparseMLP(model, Given(m), mode=mode)
+            out[f"{mode} keep {keep:.0%}, oracle set given"] = (
+                lambda m=m, mode=mode: SparseMLP(model, Given(m), mode=mode))
         for name, rule in rules.get(keep, {}).items():
             out[f"gather keep {keep:.0%}, {name}"] = lambda rule=rule: SparseMLP(model, rule, mode="gather")
     return out
@@ -242,7 +244,8 @@ def chosen_rules(model, calib: torch.Tensor, keeps, rank: int) -> dict:
     from attnlab.sparsity.predictors import new_predictors
 
     cats = rule_builder(model, "cats", calib, window=calib.numel())
-    return {keep: {f"predictor r={rank} (cost included)": Predicted(keep, own=new_predictors(model, "bench", rank, keep, "own")),
+    return {keep: {f"predictor r={rank} (cost included)":
+                   Predicted(keep, own=new_predictors(model, "bench", rank, keep, "own")),
                    "CATS (dense gate; cost included)": cats(keep)} for keep in keeps}
 
 

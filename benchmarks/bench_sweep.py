@@ -38,7 +38,8 @@ def serial(root: Path) -> float:
     t0 = time.perf_counter()
     for values in itertools.product(*AXES.values()):
         sets = FIXED + [f"{k}={v}" for k, v in zip(AXES, values)]
-        attnlab("reproduce", EXPERIMENT, "--out", str(root / "_".join(values)), *[a for s in sets for a in ("--set", s)])
+        attnlab("reproduce", EXPERIMENT, "--out", str(root / "_".join(values)),
+                *[a for s in sets for a in ("--set", s)])
     return time.perf_counter() - t0
 
 

@@ -18,12 +18,12 @@ import time
 import torch
 from torch import nn
 
-from attnlab.train.trainer import TrainConfig, Trainer
-from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
-from attnlab.train.batching import batchify
 from attnlab.data.corpus import read_lines
 from attnlab.data.sources import locate
 from attnlab.data.vocab import Vocab, basic_english
+from attnlab.train.batching import batchify
+from attnlab.train.trainer import TrainConfig, Trainer
+from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
 
 
 def plain_loop(model, src, steps, bptt, device) -> float:
@@ -73,7 +73,8 @@ def main(argv=None) -> int:
     src = batchify(ids, 20)
     print(f"# {args.train}: {ids.numel():,} tokens, vocab {len(vocab):,}; {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, device {args.device}", file=sys.stderr)
-    print("| layers | plain loop tok/s (median) | attnlab Trainer tok/s (median) | ratio | runs |\n|---|---|---|---|---|")
+    print("| layers | plain loop tok/s (median) | attnlab Trainer tok/s (median) | ratio | runs |\n"
+          "|---|---|---|---|---|")
     for n_layers in (int(x) for x in args.layers.split(",")):
         plain, ours = [], []
         for r in range(args.repeats):

@@ -27,7 +27,8 @@ def main():
     ap.add_argument("--chat", action="store_true", help="lines and question a user turn, the answer the assistant's")
     args = ap.parse_args()
     model, tok = load_model(args.model)
-    pieces, stream = Pieces(tok, args.chat), make_stream(StreamSpec(lines=160, query_every=4, distances=(3, 6, 12, 24, 48)))
+    pieces = Pieces(tok, args.chat)
+    stream = make_stream(StreamSpec(lines=160, query_every=4, distances=(3, 6, 12, 24, 48)))
     right = {"pieces": 0, "one text": 0}
     for q in stream.queries[:args.queries]:
         by_piece = pieces.header + [i for n in range(q.at_line) for p in pieces.line(stream.keys[n], stream.values[n])

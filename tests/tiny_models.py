@@ -5,8 +5,17 @@ llama (grouped-query attention, as SmolLM2), gpt_neox (partial rotary: half of e
 gpt2 and opt (learned absolute positions). ``seed=None`` leaves the global RNG as it is.
 """
 import torch
-from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, OPTConfig, OPTForCausalLM, PreTrainedTokenizerFast)
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    OPTConfig,
+    OPTForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from attnlab.models.trace import Trace
 
@@ -56,7 +65,8 @@ def tiny_llama(seed=0) -> LlamaForCausalLM:
 
 
 def byte_tokenizer() -> PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, decoders, models as tm, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers import models as tm
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     tok = Tokenizer(tm.BPE(vocab={c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))

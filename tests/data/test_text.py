@@ -1,7 +1,8 @@
 """Corpora, the basic_english tokenizer and the vocabulary (own tiny text); attnlab.data stays light."""
-import pytest
 import subprocess
 import sys
+
+import pytest
 
 from attnlab.core.errors import UsageError
 from attnlab.data.corpus import read_lines

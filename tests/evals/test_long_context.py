@@ -185,8 +185,8 @@ def test_the_evaluations_are_functions_of_the_model(folder):
     caller: long_ppl / passkey_grid know nothing of RoPE."""
     from attnlab.evals.inputs import load_model
     from attnlab.evals.passkey import build_prompts, passkey_grid
-    from attnlab.rope.compare import longppl_by_scaling, passkey_by_scaling
     from attnlab.experiments.runner import RunContext
+    from attnlab.rope.compare import longppl_by_scaling, passkey_by_scaling
 
     model, tok = load_model(str(folder[0]))
     ids = torch.randint(0, 255, (200,), generator=torch.Generator().manual_seed(3))
@@ -242,7 +242,8 @@ def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cm
         g = save_gpt2(tmp_path / "gpt2")
         argv = [a if a != "GPT2" else str(g) for a in argv]
         capsys.readouterr()  # what saving the model printed (transformers' progress bar) is not the command's
-    base = [cmd, "--model", str(model), "--out", str(tmp_path / "o")] + (["--text", str(text)] if cmd == "longppl" else [])
+    base = ([cmd, "--model", str(model), "--out", str(tmp_path / "o")]
+            + (["--text", str(text)] if cmd == "longppl" else []))
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
@@ -272,7 +273,8 @@ def test_attnlab_passkey_is_the_passkey_experiment():
     assert cfg == resolve(PasskeyConfig, {"scalings": "none,yarn", "factor": "4", "lengths": "4096,8192",
                                           "depths": "0,1", "samples": "3", "seed": "7"})
     assert (cfg.min_accuracy, cfg.max_accuracy_unscaled) == (0.8, 0.2)  # fixed before the first run: no flag
-    assert _config(["longppl", "--tokens", "none"]).tokens is None and _config(["longppl", "--tokens", "40000"]).tokens == 40000
+    assert (_config(["longppl", "--tokens", "none"]).tokens is None
+            and _config(["longppl", "--tokens", "40000"]).tokens == 40000)
 
 
 def test_longppl_and_zero_shot_refuse_the_same_windows():
@@ -330,8 +332,9 @@ def test_rope_experiments_state_their_claims(folder, tmp_path):
     for name, n_claims in (("rope-zero-shot", 9), ("passkey", 4)):
         out = tmp_path / name
         argv = ["reproduce", name, "--out", str(out)]
-        argv += [a for k, v in sets.items() if name == "rope-zero-shot" or k in ("model", "lengths", "depths",
-                                                                                 "samples") for a in ("--set", f"{k}={v}")]
+        argv += [a for k, v in sets.items()
+                 if name == "rope-zero-shot" or k in ("model", "lengths", "depths", "samples")
+                 for a in ("--set", f"{k}={v}")]
         assert main(argv) == 0
         metrics = json.loads((out / "metrics.json").read_text())
         claims = metrics["claims"]

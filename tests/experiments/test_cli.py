@@ -16,11 +16,11 @@ from attnlab import cli
 from attnlab.core import io
 from attnlab.core.errors import ConfigError
 from attnlab.core.registry import Registry
-from attnlab.experiments.claims import check, erratum, finding
 from attnlab.experiments import registry
+from attnlab.experiments.claims import check, erratum, finding
 
-EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "joma-invariants", "joma-linear", "joma-nonlinear",
-               "joma-cooccurrence", "joma-hierarchy")
+EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "joma-invariants", "joma-linear",
+               "joma-nonlinear", "joma-cooccurrence", "joma-hierarchy")
 CLAIM_KEYS = {"claim", "measured", "expected", "tolerance", "holds"}
 
 
@@ -358,7 +358,8 @@ def test_failed_run_keeps_the_previous_run(fig4_run, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "exc,code_wanted,fragment",
-    [(ConfigError("something the user can fix"), 2, "something the user can fix"), (KeyboardInterrupt(), 130, "interrupted")],
+    [(ConfigError("something the user can fix"), 2, "something the user can fix"),
+     (KeyboardInterrupt(), 130, "interrupted")],
 )
 def test_error_during_the_run_keeps_the_previous_run(exc, code_wanted, fragment, tmp_path, capsys, monkeypatch):
     out_dir = tmp_path / "run"
@@ -409,7 +410,7 @@ def test_empty_existing_folder_is_accepted(tmp_path, capsys):
     assert code == 0 and (target / "metrics.json").exists()
 
 
-# --------------------------------------------------------------------------- the command line recorded; NaN and empty sweeps
+# ------------------------------------------------------------------ the command line recorded; NaN and empty sweeps
 def test_report_records_the_command_that_was_run(tmp_path, capsys):
     out_dir = tmp_path / "r"
     assert run(["reproduce", "scansnap-fig4", "--out", out_dir, "--set", "sgd.steps=2"], capsys)[0] == 0

@@ -4,7 +4,6 @@ import importlib
 import json
 
 import pytest
-from html_page import Page
 
 from attnlab import cli
 from attnlab.core.errors import MissingResource
@@ -12,6 +11,7 @@ from attnlab.core.registry import Registry
 from attnlab.experiments import registry
 from attnlab.experiments.claims import check, erratum, finding
 from attnlab.experiments.registry import Result
+from html_page import Page
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -46,7 +46,8 @@ def fakes(monkeypatch):
 def _talk(fakes):
     """Registered out of the talk's order: the demo must still run them in it."""
     fakes("a-kv", "attnlab.kv.exp_fake")
-    fakes("b-joma", "attnlab.theory.joma.exp_fake", [check("b1", 1, 1, 0), check("b2", 0, 1, 0).because("too few steps")])
+    fakes("b-joma", "attnlab.theory.joma.exp_fake",
+          [check("b1", 1, 1, 0), check("b2", 0, 1, 0).because("too few steps")])
     fakes("c-scansnap", "attnlab.theory.scansnap.experiments")
     fakes("d-rope-slow", "attnlab.rope.exp_fake", demo=False)
     fakes("e-text", "attnlab.train.exp_fake", missing="needs a corpus: --set train=PATH")
@@ -88,7 +89,8 @@ def test_the_page_follows_the_talk(fakes, tmp_path, capsys):
     assert page.items == ["e-text (real text): needs a corpus: --set train=PATH"]
     assert not (tmp_path / "d" / "e-text").exists()
     assert "- e-text: skipped (needs a corpus: --set train=PATH)" in (tmp_path / "d" / "report.md").read_text()
-    assert {"config.json", "metrics.json", "report.md", "fig.png"} <= {p.name for p in (tmp_path / "d" / "a-kv").iterdir()}
+    assert ({"config.json", "metrics.json", "report.md", "fig.png"}
+            <= {p.name for p in (tmp_path / "d" / "a-kv").iterdir()})
     assert "<img src='a-kv/fig.png'" in (tmp_path / "d" / "index.html").read_text()
     assert str(tmp_path / "d" / "index.html") in out
     assert "[demo] 1/4 c-scansnap (Scan&Snap)" in err and "e-text: skipped" in err

@@ -1,11 +1,17 @@
 """Reports show every claim's status: report.md per experiment, and the demo's page in the talk's order."""
 import pytest
-from html_page import Page
 
 from attnlab.experiments.claims import check, describe, erratum, finding, tally
 from attnlab.experiments.registry import Experiment, Result
-from attnlab.experiments.report import (DemoRun, Skipped, claims_markdown, demo_index_html, demo_report_md,
-                                        experiment_report)
+from attnlab.experiments.report import (
+    DemoRun,
+    Skipped,
+    claims_markdown,
+    demo_index_html,
+    demo_report_md,
+    experiment_report,
+)
+from html_page import Page
 
 WHY = "quick mode trains 10x fewer steps than the paper"
 PRINTED = "slides' form: erf(v/2)/Δ is invariant"
@@ -23,7 +29,8 @@ def _claims_b():
 
 
 RUNS = [  # in the talk's order, as the demo hands them over
-    DemoRun("scansnap-a", "Fig. A.", "Scan&Snap", "scansnap-a", Result(_claims_a(), figures={"a.png": "Figure A"}), 1.25),
+    DemoRun("scansnap-a", "Fig. A.", "Scan&Snap", "scansnap-a", Result(_claims_a(), figures={"a.png": "Figure A"}),
+            1.25),
     DemoRun("joma-b", "Thm B.", "JoMA", "joma-b", Result(_claims_b(), summary="why B matters"), 0.5),
     DemoRun("kv-c", "Policy C.", "KV-cache policies", "kv-c",
             Result([check("c1", 1, 1, 0), check("c2", 2, 2, 0)]), 3.0),

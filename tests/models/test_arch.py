@@ -85,7 +85,8 @@ def test_every_row_names_complete_paths():
             value = getattr(row, f.name)
             assert value is None or isinstance(value, (str, bool)), (row.family, f.name)
         assert row.position in (arch.ROPE, arch.LEARNED) and (row.rotary is None) == (row.position == arch.LEARNED)
-        assert row.act in (arch.GATED_SILU, arch.GELU, arch.RELU) and (row.mlp_gate is None) != (row.act == arch.GATED_SILU)
+        assert (row.act in (arch.GATED_SILU, arch.GELU, arch.RELU)
+                and (row.mlp_gate is None) != (row.act == arch.GATED_SILU))
 
 
 def test_unknown_family_and_bad_index_are_one_clear_error(models):

@@ -8,11 +8,11 @@ import torch
 
 from attnlab import cli
 from attnlab.core.errors import ConfigError, UsageError
-from attnlab.models.causal_lm import CausalLM, LlamaLMConfig, build_llama, load_causal_lm
 from attnlab.data.hub import hub_lines, parse_spec
+from attnlab.data.vocab import Vocab, basic_english
+from attnlab.models.causal_lm import CausalLM, LlamaLMConfig, build_llama, load_causal_lm
 from attnlab.models.tokenizer import load_tokenizer, make_tokenizer, train_bpe, word_tokenizer
 from attnlab.train.trainer import TrainConfig, Trainer
-from attnlab.data.vocab import Vocab, basic_english
 
 TEXT = [
     'The "quick" brown fox (a fox!) jumped; over: the dog\'s <br /> back.',

@@ -90,7 +90,8 @@ def test_llama_activations_recomputed_by_hand(tiny_models, ids):
         torch.testing.assert_close(block.self_attn.o_proj(tr["blocks.0.attn.z"].flatten(2)), tr["blocks.0.attn.out"])
         mlp = block.mlp
         x = tr["blocks.0.mlp.in"]
-        torch.testing.assert_close(x, block.post_attention_layernorm(tr["blocks.0.resid_pre"] + tr["blocks.0.attn.out"]))
+        torch.testing.assert_close(x, block.post_attention_layernorm(tr["blocks.0.resid_pre"]
+                                                                     + tr["blocks.0.attn.out"]))
         torch.testing.assert_close(tr["blocks.0.mlp.pre"], mlp.up_proj(x))
         torch.testing.assert_close(tr["blocks.0.mlp.post"], mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
         torch.testing.assert_close(tr["blocks.0.mlp.out"], mlp(x))

@@ -7,9 +7,9 @@ import torch
 from transformers import LlamaForCausalLM
 
 from attnlab.core.attention import eager_attention, sink_softmax
-from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import UsageError
 from attnlab.core.metrics import position_norm_ratio, sink_importance, sink_rate
+from attnlab.core.variant_names import VARIANTS
 from attnlab.evals.inputs import with_sink
 from attnlab.evals.streaming import stream_nll
 from attnlab.kv.cache import PolicyCache, check_sink_slot

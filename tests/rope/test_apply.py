@@ -8,9 +8,9 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from attnlab.core.errors import UsageError
 from attnlab.kv.cache import PolicyCache
+from attnlab.kv.policies import make_policy
 from attnlab.models.rotary import RopeSpec
 from attnlab.rope.apply import ScaledRope, export_scaling
-from attnlab.kv.policies import make_policy
 from attnlab.rope.scalings import SCALINGS, make_scaling, rope_inv_freq
 from tiny_models import V, tiny
 

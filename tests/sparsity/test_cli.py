@@ -12,6 +12,7 @@ from attnlab.sparsity.predictors import SOURCES, new_predictors, train
 from attnlab.sparsity.registry import RULES
 from tiny_models import byte_tokenizer, save_hf, texts_and_cache, tiny
 
+
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     text, calibration = texts_and_cache(tmp_path, monkeypatch, repeat=6)

@@ -10,6 +10,7 @@ from attnlab.core.errors import ConfigError, MissingResource, UsageError
 from attnlab.sparsity.exp_dejavu import DejaVuConfig, run_dejavu
 from tiny_models import byte_tokenizer, texts_and_cache, tiny
 
+
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     text, train = texts_and_cache(tmp_path, monkeypatch)

@@ -11,6 +11,7 @@ from attnlab.sparsity.experiments import SWEPT, SparsityConfig, run_contextual_s
 from attnlab.sparsity.registry import rule_names
 from tiny_models import save_hf, texts_and_cache
 
+
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     text, calibration = texts_and_cache(tmp_path, monkeypatch, repeat=8)
@@ -77,7 +78,8 @@ def test_uncached_model_is_a_missing_resource_the_demo_skips(tmp_path, monkeypat
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty"))
     ctx = SimpleNamespace(device="cpu", out=tmp_path)
     with pytest.raises(MissingResource):
-        run_contextual_sparsity(SparsityConfig(text=str(tmp_path / "t.txt"), calibration=(str(tmp_path / "c.txt"),)), ctx)
+        run_contextual_sparsity(SparsityConfig(text=str(tmp_path / "t.txt"),
+                                               calibration=(str(tmp_path / "c.txt"),)), ctx)
     text, calibration = texts_and_cache(tmp_path, monkeypatch)
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(MissingResource, match="attnlab models fetch smollm2"):

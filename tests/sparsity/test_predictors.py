@@ -11,8 +11,7 @@ from attnlab.evals.inputs import load_model
 from attnlab.sparsity import predictor_store as store
 from attnlab.sparsity.mlp import SparseMLP, SparsityRecord
 from attnlab.sparsity.predicted import Predicted, PredictedHeads, saved_rule
-from attnlab.sparsity.predictor_store import (beside_folder, find_beside, load_predictors, save_beside,
-                                             save_predictors)
+from attnlab.sparsity.predictor_store import beside_folder, find_beside, load_predictors, save_beside, save_predictors
 from attnlab.sparsity.predictors import SOURCES, new_predictors, score, train
 from attnlab.sparsity.rules import topk_mask
 from tiny_models import V, save_hf, tiny
@@ -145,7 +144,8 @@ def test_saved_beside_the_model_and_reloaded_from_there(tmp_path):
     with pytest.raises(ConfigError, match="no neurons predictors .own, keep 0.25. beside model .*train them first "
                                           "with `attnlab reproduce dejavu"):
         find_beside(str(folder), "neurons", "own", 0.25)
-    save_predictors(new_predictors(model, str(folder), 16, 0.5, "own"), beside_folder(str(folder), "neurons", "own", 16, 0.5))
+    save_predictors(new_predictors(model, str(folder), 16, 0.5, "own"),
+                    beside_folder(str(folder), "neurons", "own", 16, 0.5))
     with pytest.raises(ConfigError, match="ranks 8, 16 are saved .*--predictor-rank"):
         find_beside(str(folder), "neurons", "own", 0.5)
 

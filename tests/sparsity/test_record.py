@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.models.trace import Trace
-from attnlab.sparsity.summary import result_lines
 from attnlab.sparsity.measure import layer_profile, perplexity
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.record import SparsityRecord
 from attnlab.sparsity.rules import CATS, Oracle
+from attnlab.sparsity.summary import result_lines
 from tiny_models import V, tiny
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from attnlab.sparsity.mlp import SparseMLP, SparsityRecord
-from attnlab.sparsity.predictors import SOURCES, new_predictors
 from attnlab.sparsity.predictor_store import save_predictors
+from attnlab.sparsity.predictors import SOURCES, new_predictors
 from attnlab.sparsity.registry import READS, RULES, RuleInputs, rule_names
 from attnlab.sparsity.rules import NEEDS
 from tiny_models import random_ids, tiny

@@ -6,8 +6,17 @@ import pytest
 import torch
 
 from attnlab.core.errors import UsageError
-from attnlab.sparsity.rules import (CATS, RULES, TEAL, Oracle, Static, keep_count, magnitude_threshold, make_rule,
-                                    topk_mask)
+from attnlab.sparsity.rules import (
+    CATS,
+    RULES,
+    TEAL,
+    Oracle,
+    Static,
+    keep_count,
+    magnitude_threshold,
+    make_rule,
+    topk_mask,
+)
 
 
 def _randn(*shape, seed=0):

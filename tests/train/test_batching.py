@@ -3,8 +3,7 @@ import pytest
 import torch
 
 from attnlab.core.errors import ConfigError, UsageError
-from attnlab.train.batching import (BATCHERS, BPTT, RandomWindows, batchify, bptt_batches, make_batcher,
-                                    random_windows)
+from attnlab.train.batching import BATCHERS, BPTT, RandomWindows, batchify, bptt_batches, make_batcher, random_windows
 from attnlab.train.trainer import TrainConfig
 
 

@@ -33,7 +33,8 @@ class PostLNBlock(nn.Module):
         self.dropout, self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x: (B, T, d); mask: bool, True = blocked, broadcastable to (B, H, T, T) -> (B, T, d), attention (B, H, T, T)."""
+        """x: (B, T, d); mask: bool, True = blocked, broadcastable to (B, H, T, T)
+        -> (B, T, d), attention (B, H, T, T)."""
         x, _, a = self.trace(x, mask)
         return x, a
 

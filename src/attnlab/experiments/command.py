@@ -80,7 +80,8 @@ def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
 
 
 def add_experiment_command(sub, name: str, config_cls: type, help: str, description: str, epilog: str = "",
-                           skip: tuple[str, ...] = (), formatter_class: type = HelpFormatter) -> argparse.ArgumentParser:
+                           skip: tuple[str, ...] = (),
+                           formatter_class: type = HelpFormatter) -> argparse.ArgumentParser:
     """``attnlab NAME``: the registered experiment ``name`` with its config's fields as flags, plus
     ``--out`` and ``--device`` (``formatter_class``: a :class:`HelpFormatter` that adds to the help)."""
     p = sub.add_parser(name, help=help, description=description, epilog=epilog, formatter_class=formatter_class)

@@ -120,7 +120,8 @@ def demo_report_md(runs: list[DemoRun], skipped: list[Skipped], seconds: float, 
         parts += [f"## {part}", ""]
         for r in group:
             parts += [f"### [{r.name}]({r.folder}/report.md)", "", r.summary, "",
-                      f"{describe(tally(r.result.claims))}; {r.seconds:.1f} s.", "", claims_markdown(r.result.claims), ""]
+                      f"{describe(tally(r.result.claims))}; {r.seconds:.1f} s.", "",
+                      claims_markdown(r.result.claims), ""]
     return "\n".join(parts)
 
 
@@ -187,8 +188,8 @@ def _count_cells(counts: dict[str, int]) -> str:
 
 
 def _summary_table(runs: list[DemoRun], seconds: float) -> str:
-    out = ["<div class='scroll'><table class='summary'><thead><tr><th>experiment</th><th>part of the talk</th><th class='num'>hold</th>"
-           "<th class='num'>fail</th><th class='num'>errata</th><th class='num'>findings</th>"
+    out = ["<div class='scroll'><table class='summary'><thead><tr><th>experiment</th><th>part of the talk</th>"
+           "<th class='num'>hold</th><th class='num'>fail</th><th class='num'>errata</th><th class='num'>findings</th>"
            "<th class='num'>wall time</th><th>report</th></tr></thead><tbody>"]
     for r in runs:
         out.append(f"<tr><td class='name'><a href='#{_e(r.name)}'>{_e(r.name)}</a></td><td>{_e(r.part)}</td>"
@@ -220,8 +221,9 @@ def _experiment_section(r: DemoRun) -> str:
            f"<a href='{folder}/config.json'>config.json</a></p>"]
     if r.result.summary:
         out.append(f"<p class='run-summary'>{_e(r.result.summary)}</p>")
-    out.append("<div class='scroll'><table class='claims'><thead><tr><th class='status'>status</th><th>claim</th><th class='num'>measured"
-               "</th><th class='num'>expected</th><th class='num'>tolerance</th><th>test</th></tr></thead><tbody>")
+    out.append("<div class='scroll'><table class='claims'><thead><tr><th class='status'>status</th><th>claim</th>"
+               "<th class='num'>measured</th><th class='num'>expected</th><th class='num'>tolerance</th><th>test</th>"
+               "</tr></thead><tbody>")
     out += [_claim_row(c) for c in r.result.claims]
     out.append("</tbody></table></div>")
     if r.result.figures:  # a click opens the figure at full size

@@ -27,7 +27,6 @@ from attnlab.core.errors import UsageError
 from attnlab.models.trace import Trace, resolve
 from attnlab.probes.base import Probe
 
-
 # query-key pairs per forward: 151 MB per attention tensor for SmolLM2's 9 heads; chunks of 512 keep their
 # size up to ~7,700 tokens and shrink past it (about half of 512 at 16k)
 MAX_SCORES = 1 << 22

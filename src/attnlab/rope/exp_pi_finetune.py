@@ -75,11 +75,11 @@ def _valid_curve(lines: list[dict]) -> tuple[list[int], list[float]]:
           quick={"base_steps": 150, "finetune_steps": 50, "eval_every": 25, "eval_batches": 4, "long": 512,
                  "vocab_size": 1024}, demo=False)
 def run_pi_finetune(cfg: PIFinetuneConfig, ctx) -> Result:
-    from attnlab.models.causal_lm import LlamaLMConfig, build_llama
-    from attnlab.rope.apply import ScaledRope, export_scaling
-    from attnlab.models.tokenizer import make_tokenizer
-    from attnlab.rope.scalings import make_scaling
     from attnlab.data.sources import read_corpus
+    from attnlab.models.causal_lm import LlamaLMConfig, build_llama
+    from attnlab.models.tokenizer import make_tokenizer
+    from attnlab.rope.apply import ScaledRope, export_scaling
+    from attnlab.rope.scalings import make_scaling
 
     train_lines, valid_lines = read_corpus(cfg.train, "train"), read_corpus(cfg.valid, "valid")
     tok = make_tokenizer("bpe", train_lines, cfg.vocab_size)
@@ -113,9 +113,9 @@ def run_pi_finetune(cfg: PIFinetuneConfig, ctx) -> Result:
     ]
     finetune_figure(ctx, curves, base_ppl, cfg.short, cfg.long)
     summary = (f"A {cfg.layers}-layer d={cfg.d_model} Llama trained {cfg.base_steps} steps at context {cfg.short} on "
-               f"{cfg.train} (validation PPL {base_ppl:.2f}), then fine-tuned {cfg.finetune_steps} steps at {cfg.long}: "
-               f"direct PPL {direct[0]:.2f} -> {direct[-1]:.2f}, PI PPL {pi[0]:.2f} -> {pi[-1]:.2f}. The PI model is "
-               "saved in pi_model/ with its scaling in config.json.")
+               f"{cfg.train} (validation PPL {base_ppl:.2f}), then fine-tuned {cfg.finetune_steps} steps "
+               f"at {cfg.long}: direct PPL {direct[0]:.2f} -> {direct[-1]:.2f}, PI PPL {pi[0]:.2f} -> {pi[-1]:.2f}. "
+               "The PI model is saved in pi_model/ with its scaling in config.json.")
     return Result(claims, {"base_ppl_short": base_ppl, "steps": p_steps, "ppl_direct": direct, "ppl_pi": pi},
                   {"pi_finetune.png": "validation PPL at the long context against fine-tuning steps, direct vs PI"},
                   summary)

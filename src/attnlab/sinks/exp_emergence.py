@@ -73,8 +73,9 @@ def run_emergence(cfg: EmergenceConfig, ctx) -> Result:
         claims = [finding(c.claim, c.measured) for c in claims]
     claims += [finding(f"{name}: the strongest head's held-out mean attention to token 0 at step {cfg.steps} (a sink "
                        f"at > 0.3); Sink_0 {c['sink_rate_held_out'][0]:.2f}, validation loss {c['valid_loss']:.3f}, "
-                       f"probe Sink_0 >= {cfg.sink_emerges} " + (f"from step {c['first_step']}" if c["first_step"] is not None
-                                                     else "at no tracked step"), c["strongest_head"])
+                       f"probe Sink_0 >= {cfg.sink_emerges} "
+                       + (f"from step {c['first_step']}" if c["first_step"] is not None else "at no tracked step"),
+                       c["strongest_head"])
                for name, c in cells.items()]
     ctx.savefig(lever_figure({k: r.lines for k, r in done.items()}), "sink_levers.png")
     summary = (f"{corpus.about}. Vanilla Llama, {cfg.layers} layers, d_model {cfg.d_model}, {cfg.heads} heads, "

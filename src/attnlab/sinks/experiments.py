@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core.variant_names import VARIANTS
 from attnlab.core.errors import ConfigError
+from attnlab.core.variant_names import VARIANTS
 from attnlab.experiments.claims import check, erratum, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.sinks.plots import emergence_figure, table_figure
@@ -87,8 +87,9 @@ def _claims(cfg: SinkPretrainConfig, table: dict, final: dict) -> list:
             r = t["sink-token"][0] / t["sink-token"][1]
             printed = AS_PRINTED[("sink-token", 0)] / PUBLISHED["sink-token"][1]
             out += erratum(
-                check(f"as printed on the slide: learnable sink 0+1024 = {AS_PRINTED[('sink-token', 0)]} beside 1+1023 = "
-                      f"18.01, i.e. evicting the sink token lowers PPL to {printed:.2f}x ({w(0)} / {w(1)} PPL ratio)",
+                check(f"as printed on the slide: learnable sink 0+1024 = {AS_PRINTED[('sink-token', 0)]} beside "
+                      f"1+1023 = 18.01, i.e. evicting the sink token lowers PPL to {printed:.2f}x "
+                      f"({w(0)} / {w(1)} PPL ratio)",
                       r, printed, cfg.printed_tol, "abs"),
                 check(f"evicting the sink token hurts, {w(0)} / {w(1)} >= {cfg.much_worse} (the paper's "
                       f"table reads {PUBLISHED['sink-token'][0]:g})", r, cfg.much_worse, 0, "at_least"))

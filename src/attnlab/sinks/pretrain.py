@@ -59,7 +59,8 @@ class PretrainSetup:
             raise ConfigError(f"sinks={self.sinks} with window={self.window}: each n must satisfy 0 <= n < window "
                               "(the cache holds n sinks + window - n recent tokens)")
         if self.sinks and self.stream_tokens <= self.window:
-            raise ConfigError(f"stream_tokens={self.stream_tokens} must exceed window={self.window}, or no cache evicts")
+            raise ConfigError(f"stream_tokens={self.stream_tokens} must exceed window={self.window}, "
+                              "or no cache evicts")
         if self.workers < 1 or not 0 < self.holdout < 1:
             raise ConfigError(f"workers={self.workers}, holdout={self.holdout}: need workers >= 1, 0 < holdout < 1")
 

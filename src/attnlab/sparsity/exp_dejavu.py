@@ -14,8 +14,8 @@ run folder (``predictors/own``, ``predictors/lookahead``) and beside the model's
 is not writable); ``predictors=FOLDER`` reloads a run folder's, ``predictors=beside`` those beside the
 model at this rank and keep, instead of training (``attnlab sparsity --rule predicted`` uses them too).
 A rank whose training this machine's memory cannot hold is refused before anything is allocated
-(``predictors.check_fits``). ``heads_keep=K`` adds head predictors (Deja Vu's attention predictor: top heads by output norm from the attention input),
-reported as findings: no claims were fixed for them.
+(``predictors.check_fits``). ``heads_keep=K`` adds head predictors (Deja Vu's attention predictor: top
+heads by output norm from the attention input), reported as findings: no claims were fixed for them.
 
 Time with SmolLM2-135M on one shared CPU core: quick 45 s; full (49,152 training tokens, 2 epochs, 4,096
 evaluation tokens) 18 minutes, of which training ~14.
@@ -31,8 +31,8 @@ from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.models import arch
-from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
 from attnlab.sparsity.heads import SparseHeads
+from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
 from attnlab.sparsity.plots import dejavu_figure
 from attnlab.sparsity.predicted import Predicted, PredictedHeads
 from attnlab.sparsity.predictor_store import BESIDE, find_beside, load_predictors, save_beside, save_predictors

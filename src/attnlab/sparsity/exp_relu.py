@@ -26,11 +26,11 @@ from attnlab.data.sources import read_corpus
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.sparsity.measure import layer_profile, perplexity
-from attnlab.sparsity.similarity import consecutive_overlap
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.plots import relu_figure
 from attnlab.sparsity.record import SparsityRecord
 from attnlab.sparsity.rules import Oracle
+from attnlab.sparsity.similarity import consecutive_overlap
 from attnlab.train.trainer import TrainConfig, Trainer
 
 TALK_ORDER = 2  # after contextual-sparsity (0) and dejavu (1)

@@ -14,8 +14,9 @@ every window is sparsified (stricter than TEAL's and R-Sparse's protocol, which 
 last half of each window). A keep of 1.0 is the dense model (every rule keeps everything there).
 
 Cost: about 30 passes over the text (4 rules x 5 keeps, 4 head keeps, and one dense pass that also
-measures the cosine and the overlap) and 3 over the calibration text. Full mode (4,096 + 4,096 tokens) took 648 s on one core of a shared 2-core
-CPU (about 8 min unloaded); quick mode (512 + 512 tokens, 2 keeps) about 40 s.
+measures the cosine and the overlap) and 3 over the calibration text. Full mode (4,096 + 4,096 tokens)
+took 648 s on one core of a shared 2-core CPU (about 8 min unloaded); quick mode (512 + 512 tokens,
+2 keeps) about 40 s.
 """
 from __future__ import annotations
 
@@ -24,12 +25,12 @@ from dataclasses import dataclass
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
-from attnlab.sparsity.similarity import dense_stats
 from attnlab.sparsity.heads import SparseHeads
+from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
 from attnlab.sparsity.plots import layer_figure, ppl_figure
 from attnlab.sparsity.registry import RULES, RuleInputs, rule_names
 from attnlab.sparsity.rules import keep_count
+from attnlab.sparsity.similarity import dense_stats
 
 # Every registered rule that a calibration text (or nothing) builds; rules read from a training run's
 # files (Deja Vu's predictors) have their own experiment, dejavu.

@@ -3,9 +3,10 @@ it kept), calibration of the thresholding rules, static sets, and the builders t
 (how alike neighbouring layers and tokens are: ``similarity.py``).
 
 Every measurement is a function of a model; a method is wrapped around it by the caller
-(``with SparseMLP(model, rule): perplexity(model, ids)``, or :func:`sparse_perplexity`). Texts are processed in windows of
-``window`` tokens, each window its own forward from position 0, and every statistic is accumulated
-as it goes (sums, counts, fixed-bin histograms), so memory does not grow with the text.
+(``with SparseMLP(model, rule): perplexity(model, ids)``, or :func:`sparse_perplexity`). Texts are
+processed in windows of ``window`` tokens, each window its own forward from position 0, and every
+statistic is accumulated as it goes (sums, counts, fixed-bin histograms), so memory does not grow with
+the text.
 """
 from __future__ import annotations
 

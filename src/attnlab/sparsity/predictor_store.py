@@ -95,7 +95,8 @@ def _meta_problem(raw) -> str | None:
     fields = {f.name: f for f in dataclasses.fields(Meta)}
     missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in raw]
     if missing or set(raw) - set(fields):
-        return f"missing {', '.join(missing)}" if missing else f"unknown keys {', '.join(sorted(set(raw) - set(fields)))}"
+        return (f"missing {', '.join(missing)}" if missing
+                else f"unknown keys {', '.join(sorted(set(raw) - set(fields)))}")
     ints = ("n_layers", "d", "d_ff", "r", "n_heads")
     if any(type(raw.get(k, 0)) is not int or raw.get(k, 0) < (0 if k == "n_heads" else 1) for k in ints):
         return "n_layers, d, d_ff and r must be positive integers"
@@ -127,7 +128,8 @@ def _read_weights(folder: Path, meta: Meta) -> dict:
         raise UsageError(f"{path} cannot be read ({why}): the predictors there are damaged; {RETRAIN}") from None
     p, d, r, n = len(meta.layers), meta.d, meta.r, meta.width
     want = {"w1": (p, d, r), "w2": (p, r, n), "b2": (p, n)}
-    got = {k: tuple(v.shape) for k, v in sorted(weights.items(), key=lambda kv: list(want).index(kv[0]) if kv[0] in want else len(want))}
+    got = {k: tuple(v.shape)
+           for k, v in sorted(weights.items(), key=lambda kv: list(want).index(kv[0]) if kv[0] in want else len(want))}
     if got != want or any(not v.is_floating_point() for v in weights.values()):
         shapes = ", ".join(f"{k} {s}" for k, s in got.items()) or "no tensors"
         raise UsageError(f"{path} holds {shapes}, not the rank-{r} predictors {META} describes "

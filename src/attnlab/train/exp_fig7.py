@@ -33,7 +33,8 @@ class Fig7Config(WordLevelConfig):
 
 @register(
     "scansnap-fig7",
-    "Fig. 7 (WikiText-2): the tutorial transformer's layer-0 attention map becomes sparse over training (1 and 3 layers).",
+    "Fig. 7 (WikiText-2): the tutorial transformer's layer-0 attention map becomes sparse over training "
+    "(1 and 3 layers).",
     Fig7Config,
     quick={"layers": (1,), "steps": 200, "snapshot_steps": (0, 100, 200), "max_vocab": 5000, "eval_batches": 10},
 )

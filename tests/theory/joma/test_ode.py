@@ -104,7 +104,8 @@ def test_authors_simulation_start_and_one_step():
     expect = [0.5 + 0.1 * 0.5 * a[0], 1.0 + 0.1 * 1.0 * a[1]]
     assert sim2.v[1].tolist() == pytest.approx(expect, abs=1e-14)
     assert sim2.entropy[0].item() == pytest.approx(-sum(p * math.log(p) for p in a), abs=1e-7)
-    assert sim2.entropy[0].item() == pytest.approx(attention_entropy(torch.tensor(a, dtype=torch.float64)).item(), abs=1e-12)
+    assert sim2.entropy[0].item() == pytest.approx(attention_entropy(torch.tensor(a, dtype=torch.float64)).item(),
+                                                   abs=1e-12)
 
 
 @pytest.mark.parametrize("cls,kwargs,fragment", [

@@ -60,8 +60,8 @@ def cooccurrence_fit(tree: LatentTree, tokens: torch.Tensor, chunks: int, min_co
     se = (exact * (1 - exact) / count[None, :]).sqrt()
     z = ((P - exact) / se)[pair]
     slopes = [fit_line(cooccurrence(c)[0][pair], linear[pair])["slope"] for c in tokens.chunk(chunks)]
-    return {**fit, "slope_se": float(np.std(slopes, ddof=1) / math.sqrt(len(slopes))), "max_abs_z": float(z.abs().max()),
-            "pairs": int(pair.sum()), "min_count_m": float(count.min()),
+    return {**fit, "slope_se": float(np.std(slopes, ddof=1) / math.sqrt(len(slopes))),
+            "max_abs_z": float(z.abs().max()), "pairs": int(pair.sum()), "min_count_m": float(count.min()),
             "_scatter": (linear[pair].numpy(), P[pair].numpy(), H[pair].numpy())}
 
 

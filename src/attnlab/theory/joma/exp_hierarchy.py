@@ -74,8 +74,8 @@ def run_cooccurrence(cfg: CooccurrenceConfig, ctx) -> Result:
     L = cfg.tree.height
     gap = 1 - 1 / L
     claims = [
-        check("exact keep probs: Pearson r of measured P[l|m] vs 1 − H/L (within-class pairs)", ex["pearson"], 0.99, 0.0,
-              "at_least"),
+        check("exact keep probs: Pearson r of measured P[l|m] vs 1 − H/L (within-class pairs)", ex["pearson"],
+              0.99, 0.0, "at_least"),
         check(f"exact keep probs: least-squares slope of measured vs 1 − H/L is 1 (tolerance 4 × batch-means SE "
               f"over {cfg.chunks} chunks)", ex["slope"], 1.0, 4 * ex["slope_se"], "abs").because(
             f"r = {ex['pearson']:.5f}, slope = {ex['slope']:.4f} ± {ex['slope_se']:.4f} (batch-means SE), intercept "
@@ -155,10 +155,12 @@ def run_hierarchy(cfg: HierarchyConfig, ctx) -> Result:
     bayes = bayes_accuracy(big[4], big[2], data.classes)
 
     model = PostLNTransformer(cfg.model, data.vocab, cfg.data.seq_len, data.classes, data.pad_id).to(ctx.device)
-    marks = sorted({0, cfg.steps, *(int(s) for s in np.geomspace(max(cfg.steps / 32, 1), cfg.steps, cfg.n_evals - 1).round())})
+    marks = sorted({0, cfg.steps,
+                    *(int(s) for s in np.geomspace(max(cfg.steps / 32, 1), cfg.steps, cfg.n_evals - 1).round())})
     with ctx.progress(cfg.steps, "joma-hierarchy") as bar:
         evals, train_loss, train_acc = train_and_score(model, data, ev, controls, marks, cfg.steps, cfg.batch_size,
-                                                       cfg.lr, cfg.weight_decay, gen, ctx.device, lambda _: bar.update())
+                                                       cfg.lr, cfg.weight_decay, gen, ctx.device,
+                                                       lambda _: bar.update())
     seconds = time.perf_counter() - t_start
     plots.hierarchy_scores(data.levels, cfg.model.n_layers, data.classes, evals, marks, train_loss, bayes, ctx)
 
@@ -187,11 +189,12 @@ def run_hierarchy(cfg: HierarchyConfig, ctx) -> Result:
         "train_seconds": round(seconds, 2),
     }
     m = cfg.model
+    trained_on = ("our reading of the authors’ top-down generator" if cfg.variant == "topdown"
+                  else "the probabilistic latent tree")
     summary = (
         f"A {m.n_layers}-block post-LN transformer (d = {m.d_model}, FFN {m.d_ffn}, {m.n_heads} heads; the authors' "
         f"d = 1024, FFN 400, lr 1e-5, 10k steps are beyond a 2-core CPU) trained {cfg.steps} Adam steps on "
-        f"{'our reading of the authors’ top-down generator' if cfg.variant == 'topdown' else 'the probabilistic latent tree'} "
-        f"reaches held-out accuracy {last['acc']:.3f}, and its FFN units align best with "
+        f"{trained_on} reaches held-out accuracy {last['acc']:.3f}, and its FFN units align best with "
         + ", ".join(f"{lvl.split(' (')[0]} in layer {k}" for lvl, k in best_layer.items()) + ".")
     figures = {"hierarchy_scores.png": "Alignment score vs training step, one panel per latent level, one curve per "
                                        "layer (solid: true latents; dotted: same-class resample; grey: shuffled); "
@@ -221,8 +224,8 @@ def _hierarchy_claims(cfg: HierarchyConfig, data: HierarchyData, evals: dict, ba
                      f"{S0[:, j].max():.3f} at random init (layer {int(np.argmax(S0[:, j])) + 1}); max-pooled random "
                      "ReLU units are OR-like detectors of token subsets, and latents one hop above the tokens are "
                      "nearly such ORs.")
-        claims.append(check(f"{lvl}: best-layer score after training exceeds its step-0 best by >= {cfg.margin:g} (gain)",
-                            gain, cfg.margin, 0.0, "at_least").because(note))
+        claims.append(check(f"{lvl}: best-layer score after training exceeds its step-0 best "
+                            f"by >= {cfg.margin:g} (gain)", gain, cfg.margin, 0.0, "at_least").because(note))
     claims += [
         check("control: score against shuffled latents stays at the null level, <= sqrt(2 ln F / N) "
               "(max over layers and levels, after training)", shuffled, null, 0.0, "at_most").because(

@@ -17,7 +17,6 @@ from attnlab.theory.joma import plots
 from attnlab.theory.joma.invariants import cooccurrence_tables, exact_invariant_run, softmax_invariant_run
 from attnlab.theory.joma.model import make_embedding
 
-
 TALK_ORDER = 1  # the JoMA part of the talk: Theorem 1 first
 
 
@@ -68,7 +67,8 @@ class InvariantsConfig:
 
 @register(
     "joma-invariants",
-    "JoMA Theorem 1: z(t) vs the invariant's ẑ from V(t) — linear/exp attention exact, softmax (authors' setup) correlated.",
+    "JoMA Theorem 1: z(t) vs the invariant's ẑ from V(t) — linear/exp attention exact, "
+    "softmax (authors' setup) correlated.",
     InvariantsConfig,
     quick={"seeds": 5, "small_lr": 0.05},
 )
@@ -96,7 +96,8 @@ def _run(cfg: InvariantsConfig, ctx) -> Result:
     runs, corr, diagnostics = {}, {}, {}
     with ctx.progress(2 * cfg.steps + sum(c[-1] for c in cases), "joma-invariants") as bar:
         tick = lambda _: bar.update()  # noqa: E731
-        X = cooccurrence_tables(cfg.seeds, cfg.num_distinct, cfg.num_common, cfg.num_classes, "random", gen)  # (S, M_c, C)
+        X = cooccurrence_tables(cfg.seeds, cfg.num_distinct, cfg.num_common, cfg.num_classes,
+                                "random", gen)  # (S, M_c, C)
         x = X.transpose(1, 2).contiguous()  # (S, C, M_c): one input per class and run
         for name, form, act, head, lr, steps in cases:
             init_std = cfg.relu_init_std if act == "relu" else 0.0

@@ -22,8 +22,15 @@ from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, erratum
 from attnlab.experiments.registry import Result, register
 from attnlab.theory.joma import plots
-from attnlab.theory.joma.ode_checks import AUTHORS, PUBLISHED, authors_run, draw_delta, draw_mu, linear_draw, nonlinear_rates
-
+from attnlab.theory.joma.ode_checks import (
+    AUTHORS,
+    PUBLISHED,
+    authors_run,
+    draw_delta,
+    draw_mu,
+    linear_draw,
+    nonlinear_rates,
+)
 
 TALK_ORDER = 2  # the JoMA part of the talk: then the ODEs of Theorems 2-4
 
@@ -53,7 +60,8 @@ class LinearConfig:
         if self.seeds < 1:
             raise ConfigError(f"seeds={self.seeds}: use at least 1")
         if not self.cap >= 4:
-            raise ConfigError(f"cap={self.cap}: use cap >= 4 so the cap is reached within 1e-4 of t* (6 is the default)")
+            raise ConfigError(f"cap={self.cap}: use cap >= 4 so the cap is reached within 1e-4 of t* "
+                              "(6 is the default)")
         if not (0 < self.rtol <= 1e-6 and 0 < self.atol <= 1e-8):
             raise ConfigError("need 0 < rtol <= 1e-6 and 0 < atol <= 1e-8: the claims test 1e-6 invariants")
 
@@ -207,7 +215,8 @@ class NonlinearConfig:
 def run_nonlinear(cfg: NonlinearConfig, ctx) -> Result:
     with ctx.progress(2, "joma-nonlinear") as bar:
         # 1. the exp(v²/2) ODE, all μ draws in one stiff solve (components decouple)
-        mu = torch.stack([draw_mu(s, cfg.components, cfg.mu_low, cfg.mu_high) for s in range(cfg.seeds)]).double().numpy()
+        mu = torch.stack([draw_mu(s, cfg.components, cfg.mu_low, cfg.mu_high)
+                          for s in range(cfg.seeds)]).double().numpy()
         rc = nonlinear_rates(mu, cfg.v0, cfg.t_end, (cfg.window_hi, cfg.window_lo), cfg.method, cfg.rtol, cfg.atol)
         bar.update()
         # 2. the authors' discrete simulation, then its continuous limit

@@ -58,7 +58,8 @@ class LatentTreeConfig:
 
     def __post_init__(self) -> None:
         if self.num_classes < 2:
-            raise ConfigError(f"num_classes={self.num_classes}: the root needs at least 2 classes, set num_classes >= 2")
+            raise ConfigError(f"num_classes={self.num_classes}: the root needs at least 2 classes, "
+                              "set num_classes >= 2")
         if self.height < 2:
             raise ConfigError(f"height={self.height}: a latent tree needs class nodes and leaves, set height >= 2")
         if self.branching < 2:
@@ -130,7 +131,8 @@ class LatentTree:
 
     def path_probability(self, H: torch.Tensor) -> torch.Tensor:
         """Π_{h=1}^{H} κ_h for every entry of H (0 where H = L: different classes)."""
-        cum = torch.cat([torch.ones(1, dtype=torch.float64), torch.cumprod(self.keep, 0), torch.zeros(1, dtype=torch.float64)])
+        cum = torch.cat([torch.ones(1, dtype=torch.float64), torch.cumprod(self.keep, 0),
+                         torch.zeros(1, dtype=torch.float64)])
         return cum[H]  # cum[0] = 1, cum[H] = Π_{h<=H} κ_h, cum[L] = 0
 
     def cooccurrence_table(self) -> torch.Tensor:
@@ -218,7 +220,8 @@ class TopDownHierarchy:
         self.combos = []
         for n_parent, n_child in zip(sizes[:-1], sizes[1:]):
             # a random num_children-subset per (node, combination): the first k of a random permutation
-            pick = torch.rand(n_parent, cfg.num_combinations, n_child, generator=gen).argsort(-1)[..., : cfg.num_children]
+            pick = (torch.rand(n_parent, cfg.num_combinations, n_child, generator=gen)
+                    .argsort(-1)[..., : cfg.num_children])
             self.combos.append(torch.zeros(n_parent, cfg.num_combinations, n_child, dtype=torch.bool)
                                .scatter_(-1, pick, True))
 

@@ -185,7 +185,8 @@ def train(
 ) -> JomaHistory:
     """Full-batch gradient descent on W, z (and the head, if any), all S runs at once.
 
-    x: (N, M_c) inputs, shared or per run (S, N, M_c); y: (N,) labels; W0: (S, d, K); z0: (S, M_c); head0: (S, K, C) or None.
+    x: (N, M_c) inputs, shared or per run (S, N, M_c); y: (N,) labels; W0: (S, d, K); z0: (S, M_c);
+    head0: (S, K, C) or None.
     ``record``: steps at which V, z are stored (default: every step, 0..steps).
     """
     num_classes = int(y.max()) + 1 if head0 is None else head0.shape[-1]

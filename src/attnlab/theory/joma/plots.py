@@ -241,6 +241,7 @@ def hierarchy_scores(levels, n_layers: int, classes: int, evals: dict, marks, tr
     ax2.set_ylabel("accuracy", color="tab:blue")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)  # below: the curves fill the axes
+    # the legend below the axes: the curves fill them
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
     ax.set_title("loss / accuracy")
     ctx.savefig(fig, name)

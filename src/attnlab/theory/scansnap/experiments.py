@@ -142,8 +142,8 @@ def _fig6_claims(cfg: Fig6Config, mean: dict, std: dict, prior: dict) -> list:
     ratios = list(cfg.ratio)
     # strict monotonicity along η_Z for every (num_last, ratio) column
     dec = [bool(np.all(np.diff(mean[nl][:, j]) < 0)) for nl in cfg.num_last for j in range(len(ratios))]
-    claims = [check("larger η_Z always lowers entropy (fraction of (num_last, η_Y/η_Z) series strictly decreasing in η_Z)",
-                    _fraction(dec), 1.0, 0.0, "at_least")]
+    claims = [check("larger η_Z always lowers entropy (fraction of (num_last, η_Y/η_Z) series strictly decreasing "
+                    "in η_Z)", _fraction(dec), 1.0, 0.0, "at_least")]
     if 1 in cfg.num_last:
         inc = [bool(np.all(np.diff(mean[1][i]) > 0)) for i in range(len(cfg.eta_z))]
         claims.append(check("1/2 last/next tokens: entropy rises with η_Y/η_Z (fraction of η_Z curves increasing)",
@@ -261,7 +261,8 @@ def _theorem_claims(cfg: TheoremsConfig, signs: dict, flows: dict, sgd: dict) ->
         check("Theorem 2(b): dz_ml/dt < 0 for the single common token, all t > 0 (fraction)",
               min(s["common_negative_fraction"] for (n, _), s in signs.items() if n == "single_common"),
               1.0, 0.0, "at_least"),
-        check(f"all {cfg.data.num_common} common tokens (beyond Theorem 2(b)'s |G_CT| = 1): dz_ml/dt < 0, all t > 0 (fraction)",
+        check(f"all {cfg.data.num_common} common tokens (beyond Theorem 2(b)'s |G_CT| = 1): dz_ml/dt < 0, "
+              "all t > 0 (fraction)",
               min(s["common_negative_fraction"] for (n, _), s in signs.items() if n == "all_commons"),
               1.0, 0.0, "at_least"),
     ]
@@ -280,19 +281,19 @@ def _theorem_claims(cfg: TheoremsConfig, signs: dict, flows: dict, sgd: dict) ->
     for ratio, f in flows.items():
         th4 = f.snap
         a_ratio = th4["free_fit_a"] / th4["predicted_a"]
-        claims.append(check(f"Theorem 4 (η_Y/η_Z = {ratio:g}): scan→snap transition (peak of dB_n/dt) at t0 = 2K ln M/η_Y "
-                            "(t_peak/t0, same order)", th4["peak_over_t0"], 1.0, 10.0, "factor"))
-        claims.append(check(f"Theorem 4 (η_Y/η_Z = {ratio:g}): B_n(t >= t0) ≈ ln(C0 + 2K(η_Z/η_Y) ln²(Mη_Y t/K)), C0 fitted (R²)",
-                            th4["fit_r2"], 1.0, 0.1, "at_least").because(
+        claims.append(check(f"Theorem 4 (η_Y/η_Z = {ratio:g}): scan→snap transition (peak of dB_n/dt) "
+                            "at t0 = 2K ln M/η_Y (t_peak/t0, same order)", th4["peak_over_t0"], 1.0, 10.0, "factor"))
+        claims.append(check(f"Theorem 4 (η_Y/η_Z = {ratio:g}): B_n(t >= t0) ≈ ln(C0 + 2K(η_Z/η_Y) ln²(Mη_Y t/K)), "
+                            "C0 fitted (R²)", th4["fit_r2"], 1.0, 0.1, "at_least").because(
             f"Fitted over t >= t0. With the coefficient of ln² free, a_fit/a_pred = {a_ratio:.2f} and R² = "
             f"{th4['free_fit_r2']:.2f}: the transition lands at t_peak/t0 = {th4['peak_over_t0']:.2f} and B_n's late "
             "growth has the ln-ln shape, but the theorem's constant is only right to within a factor of about 2 "
             "(it is an O(·) asymptotic)."))
-        claims.append(check(f"Theorem 4 (η_Y/η_Z = {ratio:g}): coefficient of ln² fitted freely vs 2Kη_Z/η_Y (ratio, within 2x)",
-                            a_ratio, 1.0, 2.0, "factor"))
+        claims.append(check(f"Theorem 4 (η_Y/η_Z = {ratio:g}): coefficient of ln² fitted freely vs 2Kη_Z/η_Y "
+                            "(ratio, within 2x)", a_ratio, 1.0, 2.0, "factor"))
     T_lo, T_hi = min(cfg.sgd_T), max(cfg.sgd_T)
-    claims.append(check(f"population ODE ≡ large-batch small-step SGD: relative error of Z at t = {cfg.sgd_t_end:g} (T = {T_hi})",
-                        sgd["final_error"][T_hi], 0.0, 0.05, "at_most"))
+    claims.append(check(f"population ODE ≡ large-batch small-step SGD: relative error of Z at t = {cfg.sgd_t_end:g} "
+                        f"(T = {T_hi})", sgd["final_error"][T_hi], 0.0, 0.05, "at_most"))
     if T_hi > T_lo:
         claims.append(check(f"the gap is finite-T bias: error at T = {T_hi} over error at T = {T_lo}",
                             sgd["final_error"][T_hi] / sgd["final_error"][T_lo], 1.0, 0.0, "at_most"))
