@@ -230,8 +230,8 @@ def test_zero_windows_score_every_stride():
     ("passkey", ["--samples", "0"], "samples=0"),
     ("passkey", ["--lengths", "0,512"], "--lengths 0,512: give positive token counts"),
     ("passkey", ["--scalings", ""], "--scalings is empty"),
-    ("longppl", ["--lengths", "abc"], "lengths=abc: expected a value of type int"),
-    ("longppl", ["--windows", "two"], "windows=two: expected a value of type int"),
+    ("longppl", ["--lengths", "abc"], "--lengths abc: expected a value of type int"),
+    ("longppl", ["--windows", "two"], "--windows two: expected a value of type int"),
     ("longppl", ["--tokens", "none", "--lengths", "0"], "--lengths 0: give positive token counts"),
 ])
 def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cmd, argv, message):
