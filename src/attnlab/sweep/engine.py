@@ -19,6 +19,7 @@ from attnlab.sweep import reaper
 from attnlab.sweep.cell import CellJob, run_cell
 
 INSTALL = "pip install 'attnlab[sweep]'"
+_joined = False  # connect() started or joined Ray in this process: its disconnect ends the job, and Ray its tasks
 
 
 def require() -> None:
@@ -74,7 +75,12 @@ def connect(address: str | None, num_cpus: int) -> Callable[[], None]:
             "see `ray start --head` to start one by hand"
         raise UsageError(f"cannot start or reach {where} ({first}): {fix}") from None
 
+    global _joined
+    _joined = True
+
     def disconnect() -> None:
+        global _joined
+        _joined = False
         ray.shutdown()
         _release(watchdog)
 
@@ -118,8 +124,9 @@ def run_all(jobs: dict[Hashable, CellJob], cpus_per_cell: int, on_done: Callable
     try:
         _collect(ray, pending, on_done)
     except BaseException:  # interrupted, or on_done could not write: stop the cells still running or queued
-        for ref in pending:
-            ray.cancel(ref, force=True)
+        if not _joined:  # Ray outlives this sweep (a notebook's, a test's): cancel them here. Otherwise disconnect
+            for ref in pending:  # ends the job and Ray its tasks; cancelling as well races Ray's bookkeeping
+                ray.cancel(ref, force=True)  # (Ray 2.60 aborted the driver once: "complete task that was not pending")
         raise
 
 
