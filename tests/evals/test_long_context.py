@@ -78,7 +78,6 @@ def _classic(model, ids, n, stride, ends):
     return out
 
 
-@pytest.mark.slow
 def test_long_ppl_is_the_sliding_window_protocol_on_the_same_tokens():
     model = tiny_llama()
     ids = torch.randint(0, 300, (200,), generator=torch.Generator().manual_seed(2))
@@ -91,7 +90,6 @@ def test_long_ppl_is_the_sliding_window_protocol_on_the_same_tokens():
         assert res.ppl(n) == pytest.approx(math.exp(np.mean(res.nll[n])))
 
 
-@pytest.mark.slow
 def test_dynamic_ntk_is_scored_at_each_length_own_frequencies():
     """Dynamic NTK follows the forward's length: a 48-token window (inside the trained 64) is
     scored with the original RoPE, a 96-token one with rescaled frequencies."""
@@ -179,7 +177,6 @@ def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path, capsys):
     _is_a_run(out, "longppl", lines)
 
 
-@pytest.mark.slow
 def test_the_evaluations_are_functions_of_the_model(folder):
     """The commands' numbers are the evaluation of the model with the scaling wrapped around it by the
     caller: long_ppl / passkey_grid know nothing of RoPE."""
@@ -202,7 +199,6 @@ def test_the_evaluations_are_functions_of_the_model(folder):
         assert [r.text for r in rows] == [r.text for r in grids[s.describe()]]
 
 
-@pytest.mark.slow
 def test_zero_windows_score_every_stride():
     """windows=0 is the full protocol for longppl and rope-zero-shot alike (it once scored no window at all)."""
     from attnlab.experiments.runner import RunContext

@@ -226,7 +226,6 @@ def test_fig4_writes_the_contract(fig4_run):
     assert leftovers(parent) == []
 
 
-@pytest.mark.slow
 def test_fig6_rows(tmp_path, capsys):
     out_dir = tmp_path / "fig6"
     code, out, err = run(["reproduce", "scansnap-fig6", "--out", out_dir, "--seeds", "2", "--set", "num_last=1,3",

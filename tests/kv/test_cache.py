@@ -109,7 +109,6 @@ def test_h2o_scores_are_attention_column_sums(tiny_models, arch, tokens):
 
 @pytest.mark.parametrize("positions", ["original", "rolling"])
 @pytest.mark.parametrize("name", EVICTING)
-@pytest.mark.slow
 def test_kept_sets_hold_the_sinks_and_the_recent_window(tiny_models, positions, name, tokens):
     model = tiny_models["llama"]
     policy = make_policy(name, budget=12, n_sink=2, recent=4)  # each reads the options it has
@@ -150,7 +149,6 @@ def test_h2o_evicts_the_lowest_accumulated_score_outside_the_recent_window(tiny_
 
 
 @pytest.mark.parametrize("arch", ROPE)
-@pytest.mark.slow
 def test_rolling_keys_sit_at_their_rank_in_the_cache(tiny_models, arch, tokens):
     """Layer-0 keys depend only on token and position, so the stored (re-rotated) keys must equal
     fresh keys computed at rank + (query position - cache size), the relative placement rolling means."""
@@ -180,7 +178,6 @@ def _layer0_keys(model, toks, positions):
     return cache.layers[0].keys
 
 
-@pytest.mark.slow
 def test_batch_rows_are_independent_under_eviction(tiny_models, tokens):
     model = tiny_models["llama"]
     both, _ = _stream(model, PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2), "rolling"), tokens)
@@ -259,7 +256,6 @@ def test_bad_policies_are_one_clear_error(kwargs, message):
         make_policy(**kwargs)
 
 
-@pytest.mark.slow
 def test_fractional_budget_grows_with_the_stream(tiny_models, tokens):
     model = tiny_models["llama"]
     cache = PolicyCache(model, make_policy("h2o", budget=0.25), "original")
@@ -267,7 +263,6 @@ def test_fractional_budget_grows_with_the_stream(tiny_models, tokens):
     assert cache.stored() == math.ceil(0.25 * (T - 1)) + 1  # budget at the last eviction + the new token
 
 
-@pytest.mark.slow
 def test_the_cache_binds_only_its_own_model_and_only_inside_its_context(tiny_models, tokens):
     """The attention function reaches its cache through the attention modules the context binds,
     and its layer by their layer_idx: a forward without the cache inside the context is a plain
@@ -289,7 +284,6 @@ def test_the_cache_binds_only_its_own_model_and_only_inside_its_context(tiny_mod
 
 
 @pytest.mark.parametrize("arch", ROPE)
-@pytest.mark.slow
 def test_a_stream_met_far_out_is_the_same_stream(tiny_models, arch, tokens):
     """``start``: the stream's first token at a far position. With a budget covering the stream it is a plain
     forward at shifted positions; under eviction with rolling positions, RoPE sees only relative angles, so
@@ -311,7 +305,6 @@ def test_a_stream_met_far_out_is_the_same_stream(tiny_models, arch, tokens):
 
 @pytest.mark.parametrize("arch", ROPE)
 @pytest.mark.parametrize("policy", EVICTING)
-@pytest.mark.slow
 def test_a_saved_stream_resumes_exactly(tiny_models, arch, policy, tokens):
     """Stop a stream after eviction has begun, save the cache through torch.save, load it into a fresh cache:
     the rest of the stream gives the same logits, bit for bit, as the stream never stopped."""

@@ -100,7 +100,6 @@ def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, mess
     assert not (tmp_path / "o").exists()  # nothing written
 
 
-@pytest.mark.slow
 def test_chunked_dense_streaming_is_exact_and_recompute_with_a_long_window_is_dense():
     model = tiny_llama()
     ids = torch.randint(0, 300, (50,), generator=torch.Generator().manual_seed(0))

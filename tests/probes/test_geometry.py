@@ -48,7 +48,6 @@ def test_similarity_equals_the_trace_and_core_entropy_by_hand(tiny_models, arch_
     assert (tmp_path / next(iter(probe.figures(m, _Ctx(tmp_path))))).exists()
 
 
-@pytest.mark.slow
 def test_orthogonality_cosines_equal_a_hand_computation_on_the_sampled_pairs(tiny_models, tmp_path):
     model = tiny_models["llama"]
     ids = random_ids(48, 2)

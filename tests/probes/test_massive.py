@@ -74,7 +74,6 @@ def test_registered_and_bad_options():
         MassiveActivationProbe(entries=0)
 
 
-@pytest.mark.slow
 def test_figure(tiny_models, tmp_path):
     from attnlab.experiments.runner import RunContext
 

@@ -69,7 +69,6 @@ def _planted(kinds, T=900, chunk=150, beta=1.0, seed=0, **options):
     return probe, probe.result()
 
 
-@pytest.mark.slow
 def test_planted_attention_is_found_and_the_shuffled_control_is_near_zero():
     probe, m = _planted(["pmi", "freq", "random"])
     assert m["pairs"] == 400 * 6
@@ -87,7 +86,6 @@ def test_planted_attention_is_found_and_the_shuffled_control_is_near_zero():
 
 
 @pytest.mark.parametrize("kinds,holds", [(["pmi", "freq", "random"], True), (["random"] * 3, False)])
-@pytest.mark.slow
 def test_claims_follow_the_measurement(kinds, holds):
     probe, m = _planted(kinds, lower=2 / 3, share=0.5)  # layers 0 and 1 are the lower part
     a, b, *findings = probe.claims(m)
@@ -97,7 +95,6 @@ def test_claims_follow_the_measurement(kinds, holds):
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-@pytest.mark.slow
 def test_sampled_attention_equals_the_full_forward_pattern(tiny_models, arch):
     model, T, gap = tiny_models[arch], 200, 4
     ids = torch.randint(0, 64, (T,), generator=torch.Generator().manual_seed(1))

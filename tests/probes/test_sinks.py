@@ -32,7 +32,6 @@ def probe_run(model, ids, chunk, **options):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("chunk", [3, 7, 64])  # 3: the excluded queries span two chunks
-@pytest.mark.slow
 def test_shares_equal_a_hand_computation_from_the_eager_maps(tiny_models, arch, chunk):
     model, ids = tiny_models[arch], ids_of()
     a = eager_maps(model, ids)[:, :, FIRST:]  # (L, H, T - first, T): queries at positions >= first

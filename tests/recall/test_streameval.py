@@ -42,7 +42,6 @@ def test_every_query_asks_a_registered_line_once_at_its_distance():
     assert {q.nominal for q in s.queries} == {5, 10, 20, 40}
 
 
-@pytest.mark.slow
 def test_the_value_sits_exactly_where_the_format_says(model, pieces, byte_tok):
     stream = make_stream(SPEC)
     run = run_streameval(model, pieces, stream, None, answer_tokens=3)
@@ -64,7 +63,6 @@ def test_the_scorer_accepts_only_the_right_first_number(text, value, ok):
     assert first_number("abc") is None
 
 
-@pytest.mark.slow
 def test_full_cache_answers_equal_re_encoding_the_prefix(model, pieces):
     run = run_streameval(model, pieces, make_stream(SPEC), None, answer_tokens=3)
     with torch.no_grad():
@@ -74,7 +72,6 @@ def test_full_cache_answers_equal_re_encoding_the_prefix(model, pieces):
             assert a.kept == 1.0
 
 
-@pytest.mark.slow
 def test_answers_through_an_evicting_cache_equal_a_dense_forward_over_the_kept_tokens(model, pieces):
     budget, n_sink = 160, 2
     stream = make_stream(SPEC)
@@ -103,7 +100,6 @@ def test_h2o_reports_the_share_of_heads_that_kept_the_value(model, pieces):
 CHATML = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>\n{% endfor %}"
 
 
-@pytest.mark.slow
 def test_a_chat_stream_is_the_conversation_the_template_renders(model):
     """chat=true: lines and each question a user turn, each answer (from ANSWER on) the assistant's turn; the
     tokens fed decode to exactly what the model's chat template renders for that conversation."""

@@ -129,7 +129,6 @@ def test_bad_scalings_are_one_clear_error(name, factor, message):
 
 
 # -- composition with the KV policies ------------------------------------------------------------
-@pytest.mark.slow
 def test_ntk_with_sinks_composes(x):
     """Scaling outside, cache inside: (1) a budget covering the stream equals the scaled forward;
     (2) rolling re-rotation uses the scaled frequencies; (3) dynamic NTK refuses rolling."""
@@ -146,7 +145,6 @@ def test_ntk_with_sinks_composes(x):
             PolicyCache(model, make_policy("sinks", budget=8), "rolling")
 
 
-@pytest.mark.slow
 def test_rolling_keys_under_ntk_sit_at_their_rank(x):
     """With eviction and rolling positions under NTK, layer-0 keys equal fresh keys of the kept
     tokens computed at their rank positions with the same scaling."""

@@ -32,7 +32,6 @@ def test_spans_score_every_token_once_and_windows_never_exceed_their_length():
             assert scored == [t for t in range(1, n) if t % w]
 
 
-@pytest.mark.slow
 def test_perplexity_is_exp_mean_nll_by_hand(tiny_models):
     model, ids = tiny_models["llama"], random_ids(50)
     chunks = ids.split(16)  # non-overlapping windows of 16: score tokens 1.. of each

@@ -9,7 +9,6 @@ from attnlab.sparsity.rules import topk_mask
 from tiny_models import random_ids, tiny, traced
 
 
-@pytest.mark.slow
 def test_cross_layer_cosine_equals_the_trace_by_hand(tiny_models):
     model, ids = tiny("llama", 3, num_hidden_layers=4), random_ids(48, 3)
     cos = similarity.cross_layer_cosine(model, ids, window=24)
@@ -26,7 +25,6 @@ def test_cross_layer_cosine_equals_the_trace_by_hand(tiny_models):
     assert cos.between.shape == (3,)
 
 
-@pytest.mark.slow
 def test_consecutive_overlap_by_hand_and_at_its_extremes(tiny_models):
     model, ids = tiny_models["llama"], random_ids(40, 4)
     got = similarity.consecutive_overlap(model, ids, 0.5, window=20)
@@ -42,7 +40,6 @@ def test_consecutive_overlap_by_hand_and_at_its_extremes(tiny_models):
     assert torch.equal(similarity.consecutive_overlap(model, ids, 1.0, window=20), torch.ones(2))
 
 @pytest.mark.parametrize("arch_name", ["llama", "gpt2"])
-@pytest.mark.slow
 def test_dense_stats_is_the_three_separate_measurements_in_one_pass(tiny_models, arch_name):
     model, ids = tiny_models[arch_name], random_ids(49, 3)  # windows of 24: the last holds one token, scores none
     ppl, cos, overlap = similarity.dense_stats(model, ids, (0.5, 0.25), window=24)
