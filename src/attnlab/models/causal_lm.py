@@ -141,7 +141,7 @@ class CausalLM(nn.Module):
         new folder is complete before the old one is moved aside, so a kill never leaves neither."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with staged_dir(folder) as stage:
+        with staged_dir(folder) as stage, no_progress_bars():
             self.hf.save_pretrained(str(stage))
             if tokenizer is not None:
                 tokenizer.save(stage)
@@ -155,9 +155,10 @@ def build_llama(cfg: LlamaLMConfig) -> CausalLM:
 
 
 @contextmanager
-def _no_loading_bar() -> Iterator[None]:
-    """transformers' "Loading weights" bar off for one load (on every from_pretrained it drowns our own
-    progress), then as it was: the switch is process-wide, so it is not left flipped."""
+def no_progress_bars() -> Iterator[None]:
+    """transformers' progress bars ("Loading weights", "Writing model shards") off for one load or save (on
+    every from_pretrained and save_pretrained they drown our own progress and our one-line errors), then as
+    they were: the switch is process-wide, so it is not left flipped."""
     was = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -188,7 +189,7 @@ def load_causal_lm(path: str | Path) -> CausalLM:
                          "(e.g. the model/ folder of an attnlab train run)")
     causal_lm_config(path)
     try:
-        with _no_loading_bar():
+        with no_progress_bars():
             model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - missing or corrupt weights surface as many exception types
         raise UsageError(f"model {path}: cannot load its weights ({first_line(e)})") from None
