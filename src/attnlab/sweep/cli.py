@@ -24,7 +24,11 @@ A cell is `attnlab reproduce EXPERIMENT --set ...` for its grid values (its fold
 Re-running the same command skips the cells already done and retries the failed ones; a killed sweep
 loses no finished cell. DIR/sweep.md tabulates every cell's claims, DIR/sweep.png draws them against
 the first axis. Ray starts on this machine unless --address names a cluster (every node needs attnlab
-installed, and the data the experiment reads under the same path or $ATTNLAB_DATA)."""
+installed, and the data the experiment reads under the same path or $ATTNLAB_DATA).
+
+If a sweep dies (Ctrl-C, kill, kill -9, a closed terminal), run the same command again. A Ray started
+here stops with the sweep within seconds however it ended (a watchdog, `python -m attnlab.sweep.reaper`,
+sees to it); `pgrep -af 'ray::|raylet|gcs_server'` shows anything left if that watchdog was killed too."""
 
 
 def add_commands(sub) -> None:

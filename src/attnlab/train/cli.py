@@ -10,7 +10,8 @@ text (cached), or any saved tokenizer folder.
 The folder gets config.json, tokenizer/ (a Hugging Face tokenizer folder), metrics.jsonl (one
 line per tracked step), checkpoint.pt, training.png (entropy per layer, losses, attention maps)
 and, for Hugging Face models, model/: a standard checkpoint folder (config + safetensors +
-tokenizer) that ``AutoModelForCausalLM.from_pretrained`` loads. ``--resume`` continues a run that
+tokenizer) that ``attnlab.models.causal_lm.load_causal_lm`` loads (and, for a softmax model,
+``AutoModelForCausalLM.from_pretrained``; an attention variant needs attnlab's loader, which registers it). ``--resume`` continues a run that
 was stopped (or extends a finished one to a larger ``--steps``) and refuses a folder written with
 other settings. A start stopped before its first checkpoint has nothing to resume: the same command,
 with or without ``--resume``, starts it again. Nothing in an existing folder is touched before the
@@ -241,7 +242,7 @@ def cmd_train(args) -> int:
         saved = ""
         if hasattr(model, "save_pretrained"):
             folder = model.save_pretrained(out / "model", tokenizer)
-            saved = f"; Hugging Face checkpoint: {folder} (AutoModelForCausalLM.from_pretrained)"
+            saved = f"; Hugging Face checkpoint: {folder} (attnlab.models.causal_lm.load_causal_lm)"
     except BaseException as e:
         step = trainer.checkpoint_step
         if not resume and step is None:  # nothing to resume: a start that failed leaves nothing behind
