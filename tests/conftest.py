@@ -1,8 +1,13 @@
 import os
 
 import pytest
+import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The tests' tensors are tiny: one thread each, so the suite's time does not depend on how busy the machine
+# is (a second thread that waits on a loaded machine spins and makes tiny ops 10-20x slower). Results are
+# compared within one process, so the thread count changes no assertion.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
