@@ -112,7 +112,8 @@ def _examples(text: str) -> list[list[str]]:
     import shlex
 
     joined = text.replace("\\\n", " ")
-    return [shlex.split(line.split("#")[0])[1:] for line in joined.splitlines() if line.strip().startswith("attnlab sweep")]
+    return [shlex.split(line.split("#")[0])[1:] for line in joined.splitlines()
+            if line.strip().startswith("attnlab sweep")]
 
 
 @pytest.mark.parametrize("where", ["--help", "docs/sweeps.md"])

@@ -66,7 +66,8 @@ def _jobs(args, exp, grid, todo, out: Path) -> dict:
     jobs = {}
     for cell in todo:
         argv = ["reproduce", exp.name, "--out", str(store.cell_dir(out, cell))]
-        argv += [a for k, v in cell.overrides.items() for a in ("--set", f"{k}={v}")] + (["--quick"] if grid.quick else [])
+        argv += [a for k, v in cell.overrides.items() for a in ("--set", f"{k}={v}")]
+        argv += ["--quick"] if grid.quick else []
         jobs[cell] = CellJob(exp.name, cell.overrides, grid.quick, args.device, args.cpus_per_cell,
                              runner.command_line(argv), os.getcwd(), env)
     return jobs
