@@ -12,11 +12,11 @@ line per tracked step), checkpoint.pt, training.png (entropy per layer, losses, 
 and, for Hugging Face models, model/: a standard checkpoint folder (config + safetensors +
 tokenizer) that ``attnlab.models.causal_lm.load_causal_lm`` loads (and, for a softmax model,
 ``AutoModelForCausalLM.from_pretrained``; an attention variant needs attnlab's loader, which registers it).
-``--resume`` continues a run that was stopped (or extends a finished one to a larger ``--steps``) and refuses a folder written with
-other settings. A start stopped before its first checkpoint has nothing to resume: the same command,
-with or without ``--resume``, starts it again. Nothing in an existing folder is touched before the
-input is checked; a folder holding other files or another experiment's run is refused; a failed start
-(a full disk, Ctrl-C) removes what it wrote, and a run that fails later keeps its last checkpoint.
+``--resume`` continues a run that was stopped (or extends a finished one to a larger ``--steps``) and refuses
+a folder written with other settings. A start stopped before its first checkpoint has nothing to resume: the
+same command, with or without ``--resume``, starts it again. Nothing in an existing folder is touched before
+the input is checked; a folder holding other files or another experiment's run is refused; a failed start (a
+full disk, Ctrl-C) removes what it wrote, and a run that fails later keeps its last checkpoint.
 """
 from __future__ import annotations
 
