@@ -12,7 +12,8 @@ from attnlab.core.errors import UsageError
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import POLICIES, make_policy
 from attnlab.models.rotary import RopeSpec
-from tiny_models import ARCHS, ROPE_ARCHS as ROPE, V
+from tiny_models import ARCHS, V
+from tiny_models import ROPE_ARCHS as ROPE
 
 T = 40
 EVICTING = [n for n in POLICIES.names() if POLICIES.get(n).needs_budget]  # every registered policy that evicts

@@ -121,7 +121,8 @@ def test_streaming_experiments_state_their_claims(setup, tmp_path, name, long, n
     model, text = setup
     out = tmp_path / name
     sets = [f"model={model}", f"text={text}", "tokens=64", "budget=16"]
-    sets += [f"long_tokens={long}", "recompute_samples=4"] if name == "streaming-ppl" else ["recent=8", "sweep_recent=4"]
+    long_sets = [f"long_tokens={long}", "recompute_samples=4"]
+    sets += long_sets if name == "streaming-ppl" else ["recent=8", "sweep_recent=4"]
     argv = ["reproduce", name, "--out", str(out)] + [a for s in sets for a in ("--set", s)]
     assert main(argv) == 0
     claims = json.loads((out / "metrics.json").read_text())["claims"]

@@ -7,8 +7,7 @@ from attnlab.core.errors import ConfigError, UsageError
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 from attnlab.recall.decode import Pieces, check_budget, run_streameval, stream_tokens
-from attnlab.recall.streameval import (ANSWER, HEADER, LINE, QUESTION, StreamSpec, first_number, is_correct,
-                                      make_stream)
+from attnlab.recall.streameval import ANSWER, HEADER, LINE, QUESTION, StreamSpec, first_number, is_correct, make_stream
 from tiny_models import tiny_llama
 
 SPEC = StreamSpec(lines=12, query_every=3, distances=(1, 4, 2), seed=3)
@@ -146,5 +145,6 @@ def test_passkey_in_place_with_the_full_cache_equals_prefill_then_greedy(model, 
     rows = passkey_in_place(model, byte_tok, prompts, lambda: None, max_new=4)
     for row, ids in zip(rows, prompts.values()):
         assert row["output"] == retrieve(model, byte_tok, ids, max_new=4) and row["kept"] == 1.0
-    evicting = passkey_in_place(model, byte_tok, prompts, lambda: PolicyCache(model, make_policy("sinks", 200, n_sink=2)))
+    sinks = make_policy("sinks", 200, n_sink=2)
+    evicting = passkey_in_place(model, byte_tok, prompts, lambda: PolicyCache(model, sinks))
     assert [r["kept"] for r in evicting] == [0.0, 1.0]  # the key at depth 0 is evicted, at depth 1 it is recent

@@ -1,15 +1,14 @@
 """The attention function ``attnlab_kv``: attention over an evicting cache layer's stored slots, with its own mask.
 
-Registered with transformers' attention-function registry (and ``sdpa_mask`` with its mask
-registry) by :func:`register`, which :class:`attnlab.kv.cache.PolicyCache` calls on entering its
-context. Stored slots are unordered after eviction, so the model's positional mask cannot describe
-them: the layer's own ``visible()`` mask does. For H2O it hands the layer the post-softmax attention
-each slot receives. A module with a sink logit per head (``module.sinks``: the softmax1 and sink-logit
-variants of :mod:`attnlab.core.attention`) is normalised as it was trained, with
-:func:`~attnlab.core.attention.sink_softmax`. It finds its cache through the attention module (bound by the cache's context
-in :data:`BOUND`) and its layer as transformers' own cache does, by the module's ``layer_idx``; a
-call without a bound cache (a plain DynamicCache, or none) is plain SDPA. Pinned to transformers 5.23.
-"""
+Registered with transformers' attention-function registry (and ``sdpa_mask`` with its mask registry) by
+:func:`register`, which :class:`attnlab.kv.cache.PolicyCache` calls on entering its context. Stored slots are
+unordered after eviction, so the model's positional mask cannot describe them: the layer's own ``visible()``
+mask does. For H2O it hands the layer the post-softmax attention each slot receives. A module with a sink
+logit per head (``module.sinks``: the softmax1 and sink-logit variants of :mod:`attnlab.core.attention`) is
+normalised as it was trained, with :func:`~attnlab.core.attention.sink_softmax`. It finds its cache through
+the attention module (bound by the cache's context in :data:`BOUND`) and its layer as transformers' own cache
+does, by the module's ``layer_idx``; a call without a bound cache (a plain DynamicCache, or none) is plain
+SDPA. Pinned to transformers 5.23."""
 from __future__ import annotations
 
 import weakref
@@ -64,7 +63,8 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
             logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
         probs = sink_softmax(logits.view(b, hkv * g, q, s), sink).view(b, hkv, g * q, s)
         if layer.score is not None:
-            layer.update_scores(received_attention(probs))  # (B, Hkv, S): column sums over the group's heads and queries
+            # (B, Hkv, S): column sums over the group's heads and queries
+            layer.update_scores(received_attention(probs))
         out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
     else:
         full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)

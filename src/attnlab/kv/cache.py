@@ -34,7 +34,8 @@ import torch
 from transformers.cache_utils import Cache
 
 from attnlab.core.errors import UsageError
-from attnlab.kv.attention import ATTN_NAME, BOUND, register as register_attention
+from attnlab.kv.attention import ATTN_NAME, BOUND
+from attnlab.kv.attention import register as register_attention
 from attnlab.kv.layer import PolicyLayer
 from attnlab.kv.policies import KVPolicy
 from attnlab.models import arch

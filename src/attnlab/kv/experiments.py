@@ -86,7 +86,8 @@ class H2OConfig(_StreamInput):
         for name in self.policies:  # an impossible budget: make_policy's own line, before any stream
             self.policy(name)
         if bad := [rr for rr in self.sweep_recent if not 0 < rr < self.budget - self.n_sink]:
-            raise ConfigError(f"sweep_recent {bad[0]} must lie in (0, budget - n_sink) = (0, {self.budget - self.n_sink})")
+            raise ConfigError(f"sweep_recent {bad[0]} must lie in (0, budget - n_sink) = "
+                              f"(0, {self.budget - self.n_sink})")
 
     def policy(self, name: str):
         """The policy ``name`` at this budget (each reads the options it has: n_sink, recent)."""
@@ -172,7 +173,8 @@ def _long_stream(cfg: StreamConfig, model, ids, ctx, context: int):
     w, p = control["within"], control["past"]
     claims = [
         check(f"sinks+window with rolling positions stays flat past the {context}-token context against the sliding "
-              f"window with re-computation on the same {cfg.recompute_samples} sampled tokens: (sinks / re-computation) "
+              f"window with re-computation on the same {cfg.recompute_samples} sampled tokens: "
+              "(sinks / re-computation) "
               f"past it over the same ratio on tokens {context // 2}..{context} (past {p['sinks_ppl']:.3f} / "
               f"{p['recompute_ppl']:.3f}, within {w['sinks_ppl']:.3f} / {w['recompute_ppl']:.3f})",
               gap["past"] / gap["within"], cfg.flat, 0.0, "at_most"),

@@ -117,7 +117,8 @@ def _claims(cfg: StreamEvalConfig, runs: dict[str, dict]) -> list:
     out = [check(f"the full cache does not forget within the context: accuracy at {far} lines over accuracy at {near} "
                  f"lines ({_accuracy(dense, lambda a: a['nominal'] == far):.2f} / "
                  f"{_accuracy(dense, lambda a: a['nominal'] == near):.2f})",
-                 _accuracy(dense, lambda a: a["nominal"] == far) / max(1e-9, _accuracy(dense, lambda a: a["nominal"] == near)),
+                 _accuracy(dense, lambda a: a["nominal"] == far)
+                 / max(1e-9, _accuracy(dense, lambda a: a["nominal"] == near)),
                  cfg.dense_keeps, 0, "at_least")]
     for b in cfg.budgets:
         sinks = runs.get(label("sinks", b, cfg.n_sink), {}).get("answers")
@@ -129,8 +130,9 @@ def _claims(cfg: StreamEvalConfig, runs: dict[str, dict]) -> list:
         out.append(check(f"sinks {cfg.n_sink}+{b - cfg.n_sink}: inside the window ({len(inside)} queries) accuracy "
                          f"over the full cache's on the same queries ({acc_in:.2f} / {dense_in:.2f})",
                          acc_in / max(1e-9, dense_in), cfg.inside_vs_dense, 0, "at_least"))
-        out.append(finding(f"sinks {cfg.n_sink}+{b - cfg.n_sink}: once the value is evicted ({len(sinks) - len(inside)} "
-                           "queries), accuracy", _accuracy([a for i, a in enumerate(sinks) if i not in inside])))
+        out.append(finding(f"sinks {cfg.n_sink}+{b - cfg.n_sink}: once the value is evicted "
+                           f"({len(sinks) - len(inside)} queries), accuracy",
+                           _accuracy([a for i, a in enumerate(sinks) if i not in inside])))
         both = runs.get(label("sinks+h2o", b, cfg.n_sink), {}).get("answers")
         if both is not None:
             recent = cfg.recent_windows()[label("sinks+h2o", b, cfg.n_sink)]
@@ -150,7 +152,8 @@ def _findings(cfg: StreamEvalConfig, runs: dict[str, dict]) -> list:
             old = [a for a in r["answers"] if a["token_distance"] > recent[name]]
             for ok in (True, False):
                 kept = [a["kept"] for a in old if a["correct"] is ok]
-                out.append(finding(f"{name}: share of (layer, KV head) pairs holding the value beyond the recent window, "
+                out.append(finding(f"{name}: share of (layer, KV head) pairs holding the value beyond the recent "
+                                   "window, "
                                    f"{'right' if ok else 'wrong'} answers ({len(kept)})",
                                    float(np.mean(kept)) if kept else float("nan")))
         if "passkey" in r:
@@ -175,7 +178,8 @@ def run_streameval_experiment(cfg: StreamEvalConfig, ctx) -> Result:
         figures.append(ctx.savefig(kept_figure(streams, scored, cfg.distances), "streameval_kept.png"))
     table = _table(cfg, streams)
     metrics = {"config": asdict(cfg), "runs": runs, "table": table}
-    summary = (f"{cfg.model}: a stream of {cfg.lines} lines ({runs[FULL]['tokens']:,} tokens with the queries), a query "
+    summary = (f"{cfg.model}: a stream of {cfg.lines} lines ({runs[FULL]['tokens']:,} tokens with the queries), "
+               "a query "
                f"every {cfg.query_every} lines at distances {cfg.distances} lines, {cfg.answer_tokens} answer tokens "
                f"generated in place, positions {cfg.positions}.\n\n" + _markdown(table, streams))
     captions = {"streameval_accuracy.png": "Accuracy per cache (rows) and query-answer distance (columns, lines; mean "

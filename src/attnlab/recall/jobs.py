@@ -9,10 +9,9 @@ from functools import lru_cache
 from attnlab.core.errors import ConfigError
 from attnlab.core.workers import in_processes
 from attnlab.evals.inputs import load_model
-from attnlab.evals.passkey import PasskeyPrompts, build_prompts, passkey_cases
+from attnlab.evals.passkey import PasskeyPrompts, bos_ids, build_prompts, passkey_cases
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
-from attnlab.evals.passkey import bos_ids
 from attnlab.recall.decode import InPlace, Pieces, check_budget, passkey_in_place, run_streameval
 from attnlab.recall.streameval import make_stream
 from attnlab.recall.xsum import budget_of, repeated_ngrams, rouge, summary_of
@@ -82,10 +81,12 @@ def validate(cfg) -> None:
     if cfg.passkey_length:
         prompts = PasskeyPrompts(tok)
         if cfg.passkey_length < prompts.min_length():
-            raise ConfigError(f"passkey_length={cfg.passkey_length}: the protocol needs >= {prompts.min_length()} tokens")
+            raise ConfigError(f"passkey_length={cfg.passkey_length}: the protocol needs >= {prompts.min_length()} "
+                              "tokens")
         if cfg.passkey_budget < cfg.n_sink + len(prompts.question) + 10:
             raise ConfigError(f"passkey_budget={cfg.passkey_budget} cannot hold {cfg.n_sink} sinks, the question "
-                              f"({len(prompts.question)} tokens) and the answer: use >= {cfg.n_sink + len(prompts.question) + 10}")
+                              f"({len(prompts.question)} tokens) and the answer: use >= "
+                              f"{cfg.n_sink + len(prompts.question) + 10}")
 
 
 def call(job: tuple):
