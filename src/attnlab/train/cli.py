@@ -242,7 +242,10 @@ def cmd_train(args) -> int:
         saved = ""
         if hasattr(model, "save_pretrained"):
             folder = model.save_pretrained(out / "model", tokenizer)
-            saved = f"; Hugging Face checkpoint: {folder} (attnlab.models.causal_lm.load_causal_lm)"
+            # a softmax Llama is a plain transformers model; a variant loads through attnlab, which registers it
+            plain = (getattr(args, "attention", None) or "softmax") == "softmax"
+            loader = "AutoModelForCausalLM.from_pretrained" if plain else "attnlab.models.causal_lm.load_causal_lm"
+            saved = f"; Hugging Face checkpoint: {folder} ({loader})"
     except BaseException as e:
         step = trainer.checkpoint_step
         if not resume and step is None:  # nothing to resume: a start that failed leaves nothing behind
