@@ -6,7 +6,7 @@ naming its source, relative to the repository root:
     <!-- results: benchmarks/results/dejavu/metrics.json, benchmarks/results/dejavu/config.json -->
 
 (or ``<!-- results: pending: COMMAND -->`` for a table whose run is not committed yet; those are listed,
-not checked). Each number in the table's body cells, the first column (the row's label) aside, must be
+not checked; ``<!-- results: none: WHY -->`` for a table that quotes no measurement, e.g. version pins). Each number in the table's body cells, the first column (the row's label) aside, must be
 found in a cited file at the precision it is printed with: a JSON number rounded to the printed decimals
 (a percentage as 100x the stored fraction, MiB as bytes / 2**20), or the same text in a Markdown report.
 """
@@ -101,8 +101,8 @@ def cases():
 
 @pytest.mark.parametrize("doc, line, marker, rows", list(cases()))
 def test_each_docs_table_number_is_in_its_cited_result_file(doc, line, marker, rows):
-    if marker.startswith("pending"):
-        pytest.skip(f"not committed yet: {marker}")
+    if marker.startswith(("pending", "none")):
+        pytest.skip(f"not checked: {marker}")
     paths = [ROOT / p.strip() for p in marker.split(",") if p.strip()]
     missing = [str(p.relative_to(ROOT)) for p in paths if not p.is_file()]
     assert not missing, f"{doc.name}:{line} cites files that are not committed: {missing}"
@@ -120,3 +120,28 @@ def test_the_checker_catches_a_number_its_file_lacks(tmp_path):
     values, text = source_values([tmp_path / "m.json"])
     assert found(28.03, 2, "", "28.03", values, text) and found(70.9, 1, "%", "70.9%", values, text)
     assert not found(28.04, 2, "", "28.04", values, text) and not found(71.0, 1, "%", "71.0%", values, text)
+
+
+def unmarked_tables(path: Path) -> list[int]:
+    """Line numbers of the tables in ``path`` with a decimal number in a body cell and no marker above."""
+    lines = path.read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        starts = line.lstrip().startswith("|") and (i == 0 or not lines[i - 1].lstrip().startswith("|"))
+        if not starts:
+            continue
+        above = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        body = []
+        for row in lines[i + 2:]:
+            if not row.lstrip().startswith("|"):
+                break
+            body.append(row)
+        if not MARKER.search(above) and any(d > 0 for r in body for _, d, _, _ in cell_numbers(r)):
+            out.append(i + 1)
+    return out
+
+
+@pytest.mark.parametrize("doc", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_table_of_measured_numbers_names_its_source(doc):
+    assert not unmarked_tables(doc), f"{doc.name}: tables at lines {unmarked_tables(doc)} need a results marker"
