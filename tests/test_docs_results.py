@@ -5,10 +5,11 @@ naming its source, relative to the repository root:
 
     <!-- results: benchmarks/results/dejavu/metrics.json, benchmarks/results/dejavu/config.json -->
 
-(or ``<!-- results: pending: COMMAND -->`` for a table whose run is not committed yet; those are listed,
-not checked; ``<!-- results: none: WHY -->`` for a table that quotes no measurement, e.g. version pins). Each number in the table's body cells, the first column (the row's label) aside, must be
-found in a cited file at the precision it is printed with: a JSON number rounded to the printed decimals
-(a percentage as 100x the stored fraction, MiB as bytes / 2**20), or the same text in a Markdown report.
+(or ``<!-- results: pending: COMMAND -->`` for a table whose run is not committed yet; those are listed, not
+checked; ``<!-- results: none: WHY -->`` for a table that quotes no measurement, e.g. version pins). Each
+number in the table's body cells, the first column (the row's label) aside, must be found in a cited file at
+the precision it is printed with: a JSON number rounded to the printed decimals (a percentage as 100x the
+stored fraction, MiB as bytes / 2**20), or the same text in a Markdown report.
 """
 from __future__ import annotations
 
