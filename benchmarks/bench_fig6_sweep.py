@@ -33,7 +33,7 @@ from attnlab.theory.scansnap.data import SeqClassConfig, SeqClassDistribution
 from attnlab.theory.scansnap.population import distinct_entropy
 from attnlab.theory.scansnap.train import SGDConfig, lr_grid, train_sweep
 
-from host import machine  # benchmarks/host.py
+from host import add_out, machine, recorded  # benchmarks/host.py
 
 NUM_LAST = (1, 3, 5, 10)
 ETA_Z = (0.5, 1.0, 2.0, 3.0)
@@ -90,11 +90,16 @@ def naive_run(dist: SeqClassDistribution, eta_z: float, ratio: float, seed: int)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--naive-runs", type=int, default=640, help="naive runs to time (even subset; default all 640)")
-    ap.add_argument("--json", help="also write the figures to this JSON file")
+    add_out(ap)
     args = ap.parse_args()
     if not 1 <= args.naive_runs <= 640:
         ap.error(f"--naive-runs {args.naive_runs}: use a number from 1 to 640")
 
+    with recorded(args.out, figures := {}):
+        figures.update(run(args))
+
+
+def run(args) -> dict:
     fast_s, fast_cells = fast_sweep()
     all_runs = [(nl, ez, r, s) for nl in NUM_LAST for ez in ETA_Z for r in RATIO for s in SEEDS]
     stride = max(1, len(all_runs) // max(1, args.naive_runs))
@@ -126,9 +131,7 @@ def main() -> None:
         "naive_within_3_std_fraction": round(sum(z <= 3 for z in zs) / len(zs), 3),
     }
     print(json.dumps(out, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+    return out
 
 
 if __name__ == "__main__":

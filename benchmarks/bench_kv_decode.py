@@ -25,6 +25,8 @@ from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 from attnlab.models.pretrained import load_model_and_tokenizer
 
+from host import add_out, recorded  # benchmarks/host.py
+
 
 def _sync(device):
     if device == "cuda":
@@ -89,7 +91,14 @@ def main():
     ap.add_argument("--budget", type=int, default=1024)
     ap.add_argument("--decode", type=int, default=32, help="timed decode steps per cell")
     ap.add_argument("--device", default="cpu")
+    add_out(ap)
     args = ap.parse_args()
+    with recorded(args.out):
+        run(args)
+
+
+def run(args):
+    """The benchmark itself; what it prints is kept with --out."""
     lengths = [int(x) for x in args.lengths.split(",")]
     model, tok = load_model_and_tokenizer(args.model)
     model.to(args.device)

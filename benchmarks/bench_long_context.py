@@ -21,7 +21,7 @@ from attnlab.evals.longppl import scored_nll
 from attnlab.evals.passkey import PasskeyPrompts, passkey_cases, retrieve
 from attnlab.models.pretrained import load_model_and_tokenizer
 
-from host import peak_rss_mib  # benchmarks/host.py
+from host import add_out, peak_rss_mib, recorded  # benchmarks/host.py
 
 
 def _sync(device):
@@ -35,7 +35,14 @@ def main():
     ap.add_argument("--text", default="war-and-peace")
     ap.add_argument("--lengths", default="4096,8192,16384")
     ap.add_argument("--device", default="cpu")
+    add_out(ap)
     args = ap.parse_args()
+    with recorded(args.out):
+        run(args)
+
+
+def run(args):
+    """The benchmark itself; what it prints is kept with --out."""
     lengths = [int(x) for x in args.lengths.split(",")]
     model, tok = load_model_and_tokenizer(args.model)
     model.to(args.device)

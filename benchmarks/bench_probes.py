@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from host import peak_rss_mib  # benchmarks/host.py
+from host import add_out, peak_rss_mib, recorded  # benchmarks/host.py
 
 ATTENTION_PROBES = ("sinks", "heavy-hitters")
 
@@ -62,10 +62,17 @@ def main() -> None:
     p.add_argument("--text", default="war-and-peace")
     p.add_argument("--chunk", type=int, default=512)
     p.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)  # one length, in this process
+    add_out(p)
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(args)))
         return
+    with recorded(args.out):
+        run(args)
+
+
+def run(args):
+    """The benchmark itself; what it prints is kept with --out."""
     print("| tokens | probes | chunk | stream s | tokens/s | RSS floor MB | peak RSS MB | added MB |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for n in (int(x) for x in args.lengths.split(",")):

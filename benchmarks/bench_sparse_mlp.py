@@ -42,6 +42,8 @@ from attnlab.sparsity.gather import ActiveSet, Scratch, rows_linear, rows_matmul
 from attnlab.sparsity.mlp import DENSE_ABOVE, SparseMLP
 from attnlab.sparsity.rules import keep_count, topk_mask
 
+from host import add_out, recorded  # benchmarks/host.py
+
 KEEPS = (0.5, 0.35, 0.25)
 SIZES = {"SmolLM2 576x1536": (576, 1536), "Llama-2-7B 4096x11008": (4096, 11008)}
 COLD_BYTES = 512 * 2 ** 20  # the cold timing's layers together: far beyond any last-level cache
@@ -297,7 +299,14 @@ def main(argv=None) -> int:
     p.add_argument("--rank", type=int, default=128, help="the timed predictor's rank r (dejavu's default)")
     p.add_argument("--skip-kernel", action="store_true")
     p.add_argument("--skip-e2e", action="store_true")
+    add_out(p)
     args = p.parse_args(argv)
+    with recorded(args.out):
+        return run(args)
+
+
+def run(args) -> int:
+    """The benchmark itself; what it prints is kept with --out."""
     if args.threads:
         torch.set_num_threads(args.threads)
     args.repeats = 3 if args.quick else 7

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from host import add_out, recorded  # benchmarks/host.py
+
 EXPERIMENT = "scansnap-fig4"
 AXES = {"eta_z": ["0.5", "1", "2", "4"], "seed": ["0", "1", "2", "3"]}
 FIXED = ["sgd.steps=100"]
@@ -80,7 +82,14 @@ def passkey_on_paper() -> list[str]:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=2)
+    add_out(ap)
     args = ap.parse_args()
+    with recorded(args.out):
+        run(args)
+
+
+def run(args):
+    """The benchmark itself; what it prints is kept with --out."""
     root = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     try:
         start = ray_start_up()

@@ -25,6 +25,8 @@ from attnlab.train.batching import batchify
 from attnlab.train.trainer import TrainConfig, Trainer
 from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
 
+from host import add_out, recorded  # benchmarks/host.py
+
 
 def plain_loop(model, src, steps, bptt, device) -> float:
     """The tutorial's loop, nothing else. Returns tokens/s."""
@@ -66,7 +68,14 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--device", default="cpu")
+    add_out(p)
     args = p.parse_args(argv)
+    with recorded(args.out):
+        return run(args)
+
+
+def run(args) -> int:
+    """The benchmark itself; what it prints is kept with --out."""
     lines = read_lines(locate(args.train, "--train", "--train PATH"))
     vocab = Vocab.build(basic_english(line) for line in lines)
     ids = vocab.numericalize(lines)

@@ -11,6 +11,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from host import add_out, recorded  # benchmarks/host.py
+
 
 def functions(path: Path):
     tree = ast.parse(path.read_text())
@@ -23,7 +25,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", default="src/attnlab", type=Path)
     ap.add_argument("--top", default=10, type=int)
+    add_out(ap)
     args = ap.parse_args()
+    with recorded(args.out):
+        run(args)
+
+
+def run(args):
+    """The benchmark itself; what it prints is kept with --out."""
     per_folder = defaultdict(lambda: [0, 0])
     funcs, big_modules = [], []
     for path in sorted(args.src.rglob("*.py")):

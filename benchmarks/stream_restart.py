@@ -17,6 +17,8 @@ from attnlab.evals.streaming import stream_nll
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 
+from host import add_out, recorded  # benchmarks/host.py
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -25,7 +27,14 @@ def main():
     ap.add_argument("--start", type=int, default=8192)
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--budget", type=int, default=256)
+    add_out(ap)
     args = ap.parse_args()
+    with recorded(args.out):
+        run(args)
+
+
+def run(args):
+    """The benchmark itself; what it prints is kept with --out."""
     model, ids = load_stream(args.model, args.text, args.tokens)
     part = ids[args.start:]
     dense = stream_nll(model, part, PolicyCache(model, make_policy("full")), 256).nll

@@ -19,13 +19,22 @@ from attnlab.evals.inputs import load_model
 from attnlab.recall.decode import Pieces
 from attnlab.recall.streameval import ANSWER, HEADER, LINE, QUESTION, StreamSpec, is_correct, make_stream
 
+from host import add_out, recorded  # benchmarks/host.py
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--queries", type=int, default=10, help="the stream's first N queries")
     ap.add_argument("--chat", action="store_true", help="lines and question a user turn, the answer the assistant's")
+    add_out(ap)
     args = ap.parse_args()
+    with recorded(args.out):
+        run(args)
+
+
+def run(args):
+    """The benchmark itself; what it prints is kept with --out."""
     model, tok = load_model(args.model)
     pieces = Pieces(tok, args.chat)
     stream = make_stream(StreamSpec(lines=160, query_every=4, distances=(3, 6, 12, 24, 48)))

@@ -16,29 +16,36 @@ from pathlib import Path
 from attnlab import cli
 from attnlab.experiments.registry import load_all
 
-from host import machine  # benchmarks/host.py
+from host import add_out, machine, recorded  # benchmarks/host.py
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="+", help="experiment names (see `attnlab reproduce --list`)")
     p.add_argument("--modes", default="full,quick", help="comma-separated: full, quick (default both)")
-    p.add_argument("--json", type=Path, help="also write the table as JSON here")
+    add_out(p)
     args = p.parse_args(argv)
     known = load_all()
     unknown = [n for n in args.names if n not in known]
     modes = args.modes.split(",")
     if unknown or not set(modes) <= {"full", "quick"}:
         p.error(f"unknown experiment(s) {unknown} or modes {modes}: see `attnlab reproduce --list`")
+    with recorded(args.out, figures := {}):
+        figures["rows"] = timed(args.names, modes)
+    return 0
+
+
+def timed(names: list[str], modes: list[str]) -> list[dict]:
+    """Each experiment in each mode through `attnlab reproduce`; its table printed."""
     print(f"# {machine()}", file=sys.stderr)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.names:
+        for name in names:
             for mode in modes:
                 out = Path(tmp) / f"{name}-{mode}"
                 code = cli.main(["reproduce", name, "--out", str(out)] + (["--quick"] if mode == "quick" else []))
                 if code != 0:
-                    return code
+                    raise SystemExit(code)
                 m = json.loads((out / "metrics.json").read_text())
                 held = sum(c["holds"] for c in m["claims"])
                 rows.append({"experiment": name, "mode": mode, "seconds": m["seconds"],
@@ -46,9 +53,7 @@ def main(argv=None) -> int:
     print("\n| experiment | mode | wall time | claims holding |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['experiment']} | {r['mode']} | {r['seconds']:.1f} s | {r['claims_hold']}/{r['claims']} |")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

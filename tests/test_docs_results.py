@@ -142,7 +142,6 @@ def unmarked_tables(path: Path) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("doc", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_table_of_measured_numbers_names_its_source(doc):
     assert not unmarked_tables(doc), f"{doc.name}: tables at lines {unmarked_tables(doc)} need a results marker"
