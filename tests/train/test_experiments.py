@@ -53,8 +53,13 @@ def test_fig7_bptt_longer_than_the_data(tmp_path, capsys):
 
 
 def test_demo_skips_a_real_text_experiment_without_its_corpus(tmp_path, capsys, monkeypatch):
+    """Where the corpus is nowhere -- not given, no data folder, and (as in a build without them) no embedded
+    texts -- the demo skips the experiment, naming the setting."""
+    from attnlab.data import sources
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ATTNLAB_DATA", raising=False)
+    monkeypatch.setattr(sources, "embedded", lambda spec: None)
     from attnlab.experiments import demo
 
     monkeypatch.setattr(demo, "DEMO_EXPERIMENTS", ("scansnap-fig7",))

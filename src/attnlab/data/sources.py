@@ -2,8 +2,9 @@
 
 A corpus is named by a path (used as given) or by a relative name such as
 ``wikitext-2/valid.txt``, looked up, in order, under ``$ATTNLAB_DATA``, ``./data`` and
-``../shared/data``. None of these folders has to exist; when nothing is found the error names
-the setting that fixes it. ``hf:NAME[/CONFIG][:SPLIT]`` names a Hugging Face dataset, read
+``../shared/data``, and last among the texts that ship with the package (:mod:`attnlab.data.embedded`:
+Shakespeare, KJV, War and Peace, WikiText-2 valid/test). None of these folders has to exist; when nothing
+is found the error names the setting that fixes it. ``hf:NAME[/CONFIG][:SPLIT]`` names a Hugging Face dataset, read
 through :mod:`attnlab.data.hub` when the network allows; that module (and the ``datasets``
 library) is imported only for such a spec, so importing :mod:`attnlab.data` stays light.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from attnlab.core.errors import MissingResource
 from attnlab.data.corpus import read_lines
+from attnlab.data.embedded import embedded
 
 DATA_ENV = "ATTNLAB_DATA"
 HUB_PREFIX = "hf:"  # names a Hugging Face dataset
@@ -37,7 +39,11 @@ def locate(spec: str, key: str, fix: str | None = None) -> Path:
         for root in data_roots():
             if (root / spec).exists():
                 return root / spec
-    raise CorpusNotFound(f"{key}={spec}: no such file, and not found under ${DATA_ENV}, ./data or ../shared/data; "
+        shipped = embedded(spec)
+        if shipped is not None:
+            return shipped
+    raise CorpusNotFound(f"{key}={spec}: no such file, and not found under ${DATA_ENV}, ./data, ../shared/data "
+                         "or among the texts that ship with attnlab; "
                          f"give a text file or folder with {fix or f'--set {key}=PATH'}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnlab.core.cache import OFFLINE_HELP, go_offline
 from attnlab.core.errors import UsageError
 
 GROUP = "experiments"
@@ -46,6 +47,7 @@ def add_commands(sub) -> None:
     rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. --set sgd.steps=50 --set eta_z=1,2 (repeatable)")
     rep.add_argument("--quick", action="store_true", help="use the experiment's quick settings (as the demo does)")
+    rep.add_argument("--offline", action="store_true", help=OFFLINE_HELP)
     rep.set_defaults(func=cmd_reproduce)
 
 
@@ -74,6 +76,8 @@ def cmd_reproduce(args) -> int:
         raise UsageError("name an experiment, e.g. `attnlab reproduce scansnap-fig6 --out runs/fig6` "
                          "(see `attnlab list`)")
     exp = registry.get(args.name)
+    if args.offline:
+        go_offline()
     if args.out is None:
         raise UsageError(f"--out DIR is required: e.g. `attnlab reproduce {exp.name} --out runs/{exp.name}`")
     device = runner.check_device(args.device)

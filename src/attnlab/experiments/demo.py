@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+from attnlab.core.cache import OFFLINE_HELP, go_offline
 from attnlab.core.errors import MissingResource
 from attnlab.core.io import write_atomic
 from attnlab.experiments import registry, runner
@@ -39,6 +40,7 @@ def add_demo(sub) -> None:
     p.add_argument("--full", action="store_true", help="use each experiment's full settings, not the quick ones")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any claim fails (errata and findings never count as failures)")
+    p.add_argument("--offline", action="store_true", help=OFFLINE_HELP)
     p.set_defaults(func=cmd_demo)
 
 
@@ -60,6 +62,8 @@ def _run_one(exp: registry.Experiment, stage: Path, device: str, quick: bool) ->
 def cmd_demo(args) -> int:
     """Run the demo into ``args.out``; 1 with ``--strict`` when a claim fails, else 0."""
     device = runner.check_device(args.device)
+    if args.offline:
+        go_offline()
     settings = f"{'full' if args.full else 'quick'} settings, {device}"
     exps = demo_experiments()
     t0 = time.perf_counter()

@@ -16,13 +16,14 @@ import difflib
 import logging
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-from attnlab.core.cache import cache_dir
+from attnlab.core.cache import cache_dir, offline
 from attnlab.core.errors import UsageError, first_line
 
 
@@ -131,8 +132,7 @@ def resolve_model(name: str) -> Path | str:
     if name in KNOWN:
         path = model_path(name)
         if not path.is_dir():
-            raise UsageError(f"model {name} is not in the cache yet: run `attnlab models fetch {name}` "
-                             f"(downloads ~100 MB once; it goes to {path})")
+            _fetch_on_first_use(name, path)
         return path
     path = Path(name).expanduser()
     if path.exists():
@@ -156,6 +156,19 @@ def resolve_model(name: str) -> Path | str:
                          "a hub id owner/name or an alias such as smollm2")
     known(name, others=True)  # raises: unknown alias, with the closest one
     raise AssertionError("unreachable")
+
+
+def _fetch_on_first_use(alias: str, path: Path) -> None:
+    """Fetch a known model the first time a command needs it (the `attnlab models fetch` path: nothing half
+    written is left in the cache); refused with the command to run when downloads are off."""
+    if offline():
+        raise UsageError(f"model {alias} is not in the cache and downloads are off (--offline or $ATTNLAB_OFFLINE): "
+                         f"run `attnlab models fetch {alias}` once when online (~100 MB; it goes to {path})")
+    print(f"[attnlab] {alias} is not in the cache: fetching it once (a ~100 MB download, ~540 MB as float32) "
+          f"into {path}", file=sys.stderr, flush=True)
+    from attnlab.models.fetch import fetch  # here: fetch imports this module
+
+    fetch(alias)
 
 
 def _check_causal_lm(path: Path) -> None:

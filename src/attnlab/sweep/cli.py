@@ -11,7 +11,8 @@ from pathlib import Path
 from attnlab.core.errors import UsageError
 
 GROUP = "experiments"
-DATA_ENV = ("ATTNLAB_DATA", "ATTNLAB_CACHE", "HF_HOME")  # carried to the workers, so cells find what this shell finds
+# carried to the workers, so cells find (and may fetch) what this shell finds
+DATA_ENV = ("ATTNLAB_DATA", "ATTNLAB_CACHE", "ATTNLAB_OFFLINE", "HF_HOME")
 
 EPILOG = """examples:
   attnlab sweep scansnap-fig4 --grid eta_z=0.5,1,2 --seeds 4 --out runs/fig4-sweep

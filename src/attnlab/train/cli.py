@@ -57,7 +57,8 @@ def add_commands(sub) -> None:
         "  attnlab train --model llama --act relu --train tinyshakespeare/input.txt --out runs/llama-relu \\\n"
         "      --optimizer adam --lr 1e-3 --batching random --bptt 256 --batch-size 8 --steps 1000   # ReLU-gated MLP\n"
         "  attnlab train --model runs/llama/model --train kjv/kjv.txt --out runs/llama-kjv --optimizer adam --lr 3e-4\n"
-        "Corpus names like wikitext-2/valid.txt are looked up under $ATTNLAB_DATA, ./data and ../shared/data;\n"
+        "Corpus names like wikitext-2/valid.txt are looked up under $ATTNLAB_DATA, ./data and ../shared/data,\n"
+        "then among the texts that ship with attnlab (Shakespeare, KJV, War and Peace, WikiText-2 valid/test);\n"
         "hf:OWNER/NAME/CONFIG:SPLIT reads a Hugging Face dataset when the network allows.",
     )
     p.add_argument("--train", required=True, help="training text: a file, a folder of *.txt, or a corpus name")
