@@ -1,8 +1,9 @@
 """The texts that ship inside the package, so a fresh install runs every real-text experiment.
 
-Tiny Shakespeare, the King James Bible and War and Peace (public domain) and WikiText-2's validation and
-test splits (CC BY-SA 3.0, attributed in ``texts/NOTICE.md``) are stored xz-compressed under ``texts/``
-(2.9 MB for 10.8 MB of text), named as in a data folder (``kjv/kjv.txt``, ``wikitext-2/valid.txt``).
+Tiny Shakespeare, the King James Bible and War and Peace (public domain), WikiText-2's validation and
+test splits (CC BY-SA 3.0) and the zero-shot task sets under ``eval/`` (COPA, PIQA, ARC, ..., each under its
+own licence; all attributed in ``texts/NOTICE.md``) are stored xz-compressed under ``texts/`` (4.6 MB for
+17.5 MB), named as in a data folder (``kjv/kjv.txt``, ``wikitext-2/valid.txt``, ``eval/copa.jsonl``).
 They are the last place :func:`attnlab.data.sources.locate` looks: a user's path, ``$ATTNLAB_DATA`` and
 ``./data`` come first. On first use a text is unpacked once into the cache (``cache_dir("texts")``),
 checked against the SHA-256 in ``texts/texts.json`` and renamed into place, so the readers, which take
