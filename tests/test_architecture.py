@@ -15,6 +15,7 @@ ADAPTERS = {
     "kv/cache.py", "kv/layer.py", "kv/attention.py",  # the Cache, its layers and the attention that reads them
     "sparsity/predictor_store.py",  # saves Deja Vu's predictors as safetensors (the format, not transformers)
     "sparsity/speed.py",  # times greedy decode through transformers' DynamicCache
+    "accuracy/lm.py",  # lm-eval's LM API over transformers' DynamicCache or our evicting one
 }
 
 

@@ -1,0 +1,126 @@
+"""Accuracy of one configured model through lm-evaluation-harness: tasks checked, methods entered, scores read.
+
+``evaluate`` is the library function the ``eval`` and ``accuracy-table`` experiments share: it checks the
+task files (one line naming file and line for a bad item), builds lm-eval's task configs, enters the
+methods (a contextual-sparsity rule, a RoPE scaling: context managers that restore the model; the KV
+policy lives in the ``LM``'s cache) and runs ``lm_eval.simple_evaluate`` with :class:`EvictingLM`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+from attnlab.accuracy.configs import EvalRun
+from attnlab.accuracy.tasks import TASKS, Task, check_file, task_config
+from attnlab.core.errors import UsageError
+from attnlab.data.sources import locate
+
+
+def task_folder(data: str) -> Path:
+    """The folder of task files ``data`` names (a path, or a name looked up like every corpus)."""
+    if data != "eval" and not Path(data).expanduser().exists() and ("/" in data or data.startswith((".", "~"))):
+        raise UsageError(f"--data {data}: no such folder; give a folder of task files such as ../shared/data/eval, "
+                         "or leave --data out for the shipped ones")
+    folder = locate(data, "data", "--data DIR (a folder of task files such as ../shared/data/eval)")
+    if not folder.is_dir():
+        raise UsageError(f"--data {data}: not a folder; give a folder of <task>.jsonl files such as "
+                         "../shared/data/eval")
+    return folder
+
+
+def checked_tasks(cfg: EvalRun) -> tuple[Path, list[Task], dict[str, int]]:
+    """The data folder, the tasks and their item counts; refused in one line before any model is loaded."""
+    folder = task_folder(cfg.data)
+    tasks = [TASKS.get(name) for name in cfg.tasks]
+    sizes = {t.name: check_file(t, folder) for t in tasks}
+    for t in tasks:
+        if cfg.shots >= sizes[t.name]:
+            raise UsageError(f"--shots {cfg.shots}: {t.name} has {sizes[t.name]} items, so at most "
+                             f"{sizes[t.name] - 1} examples can precede one")
+    return folder, tasks, sizes
+
+
+@contextlib.contextmanager
+def methods(cfg: EvalRun, model, tok, device: str, progress):
+    """The MLP and RoPE methods of ``cfg`` entered on ``model`` (restored on exit); the KV policy is the LM's."""
+    with contextlib.ExitStack() as stack:
+        if cfg.sparsity:
+            from attnlab.sparsity.mlp import SparseMLP
+
+            stack.enter_context(SparseMLP(model, sparsity_rule(cfg, model, tok, device, progress)))
+        if cfg.rope:
+            from attnlab.rope.apply import ScaledRope
+            from attnlab.rope.scalings import make_scaling
+
+            stack.enter_context(ScaledRope(model, make_scaling(cfg.rope, cfg.rope_factor)))
+        yield
+
+
+def sparsity_rule(cfg: EvalRun, model, tok, device: str, progress):
+    """``cfg.sparsity`` at ``cfg.keep``, built as its registry entry says (calibrated, or saved predictors)."""
+    from attnlab.evals.inputs import text_ids
+    from attnlab.sparsity.registry import RULES, RuleInputs
+
+    kind = RULES.get(cfg.sparsity)
+    calib = None
+    if kind.reads == "calibration":
+        calib = text_ids(tok, cfg.calibration, cfg.calibration_tokens, "--calibration PATH").to(device)
+    inputs = RuleInputs(calib, 512, progress, cfg.model, cfg.predictors, "lookahead", None)
+    return kind.build(model, inputs)(cfg.keep)
+
+
+def evaluate(cfg: EvalRun, model, tok, device: str = "cpu", progress=None) -> dict:
+    """Per task: items, acc (and acc_norm / perplexity where lm-eval gives them) with standard errors, chance,
+    the share of context tokens the policy evicted, seconds; and the unweighted average accuracy."""
+    from lm_eval import evaluator
+    from lm_eval.tasks import TaskManager
+
+    from attnlab.accuracy.lm import EvictingLM
+
+    folder, tasks, sizes = checked_tasks(cfg)
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the task files are local: never ask the hub
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    lm = EvictingLM(model, tok, cfg.make_policy(), cfg.positions, cfg.chunk, progress)
+    configs = [task_config(t, folder, cfg.shots) for t in tasks]
+    t0 = time.perf_counter()
+    with methods(cfg, model, tok, device, progress):
+        out = evaluator.simple_evaluate(model=lm, tasks=configs, task_manager=TaskManager(include_defaults=False),
+                                        limit=cfg.limit, bootstrap_iters=1000, random_seed=cfg.seed,
+                                        fewshot_random_seed=cfg.seed, log_samples=False, verbosity="ERROR")
+    seconds = time.perf_counter() - t0
+    per_task = {}
+    for t in tasks:
+        r = out["results"][f"attnlab_{t.name}"]
+        items = min(sizes[t.name], cfg.limit or sizes[t.name])
+        row = {"items": items, "chance": t.chance, "evicted": _mean(lm.evicted.get(f"attnlab_{t.name}"))}
+        for metric in ("acc", "acc_norm", "perplexity"):
+            if f"{metric},none" in r:
+                row[metric] = r[f"{metric},none"]
+                stderr = r.get(f"{metric}_stderr,none")
+                row[f"{metric}_stderr"] = stderr if isinstance(stderr, (int, float)) else None
+        per_task[t.name] = row
+    average = sum(r["acc"] for r in per_task.values()) / len(per_task)
+    return {"method": cfg.method(), "tasks": per_task, "average_acc": average, "seconds": seconds,
+            "items_per_s": sum(r["items"] for r in per_task.values()) / seconds, "shots": cfg.shots,
+            "lm_eval": _version()}
+
+
+def _mean(xs) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("lm_eval")
+
+
+def above_chance(row: dict, k: float = 2.0) -> bool:
+    """Whether a task's accuracy is above chance by more than ``k`` standard errors (comparisons need it)."""
+    if row.get("chance") is None or row.get("acc_stderr") is None:
+        return row.get("chance") is None  # no fixed chance (LAMBADA, SIQA's formatting): compared as measured
+    return row["acc"] - row["chance"] > k * row["acc_stderr"] and not math.isnan(row["acc_stderr"])
