@@ -1,7 +1,5 @@
 """The eviction-aware LM scores as lm-eval's own hf model does, and a KV budget really evicts."""
-import json
 import logging
-import random
 
 import pytest
 
@@ -14,24 +12,8 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 from attnlab.accuracy.lm import EvictingLM  # noqa: E402
 from attnlab.accuracy.tasks import TASKS, task_config  # noqa: E402
 from attnlab.kv.policies import make_policy  # noqa: E402
+from task_files import write_tasks  # noqa: E402
 from tiny_models import byte_tokenizer, tiny  # noqa: E402
-
-WORDS = "the cat dog sat ran on a mat log red blue big small".split()
-
-
-def write_tasks(folder, n=10, seed=0):
-    """Tiny task files of the three shapes (choice, partial, cloze)."""
-    rng = random.Random(seed)
-    say = lambda k: " ".join(rng.choice(WORDS) for _ in range(k))  # noqa: E731
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = {"copa.jsonl": [{"query": say(6) + ", therefore", "choices": [say(3) + ".", say(4) + "."], "gold": i % 2}
-                            for i in range(n)],
-             "winogrande.jsonl": [{"context_options": [(c := say(5)) + " so Ann", c + " so Bob"],
-                                   "continuation": "got the " + say(2) + ".", "gold": i % 2} for i in range(n)],
-             "lambada_openai.jsonl": [{"context": say(12), "continuation": rng.choice(WORDS)} for _ in range(n)]}
-    for name, items in lines.items():
-        (folder / name).write_text("".join(json.dumps(x) + "\n" for x in items))
-    return folder
 
 
 @pytest.fixture(scope="module")

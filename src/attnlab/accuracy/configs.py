@@ -92,3 +92,35 @@ class EvalRun:
         if self.rope:
             parts.append(f"{self.rope} x{self.rope_factor:g}")
         return " + ".join(parts) or "dense"
+
+
+@dataclass(frozen=True)
+class AccuracyTable:
+    """The seeds' accuracy tables in miniature: dense, KV policies at two budgets, sparsity rules at one keep."""
+
+    model: str = option("smollm2", "alias (smollm2), model folder, attnlab train run or hub id")
+    tasks: tuple[str, ...] = option(("copa", "piqa", "arc_easy", "openbookqa", "winogrande", "lambada"),
+                                    "the table's columns: {choices}", choices=TASKS.names)
+    data: str = option("eval", "folder of task files; default: the shipped ones", metavar="DIR")
+    limit: int | None = option(100, "the first N items of each task")
+    shots: int = option(5, "k-shot prompts, so that a budget evicts part of the context")
+    seed: int = option(0, "seed of the few-shot draw")
+    policies: tuple[str, ...] = option(("h2o", "sinks"), "KV policies (rows), each at every budget", choices=_policies)
+    budgets: tuple[float, ...] = option((0.2, 0.5), "KV budgets: shares of the context kept")
+    rules: tuple[str, ...] = option(("predicted", "cats", "oracle", "static"), "sparsity rules (rows) at --keep",
+                                    choices=RULES.names)
+    keep: float = option(0.5, "share of MLP neurons the rules keep")
+    chunk: int = option(32, "context tokens per forward while streaming through a policy")
+
+    def __post_init__(self):
+        if not all(0 < b < 1 for b in self.budgets):
+            raise UsageError(f"budgets={','.join(map(str, self.budgets))}: give shares of the context in (0, 1)")
+        self.rows()  # each row's EvalRun checks its own names and numbers: refused before any work
+
+    def rows(self) -> list[EvalRun]:
+        """One EvalRun per table row: dense first, then each policy at each budget, then each rule."""
+        base = dict(model=self.model, tasks=self.tasks, data=self.data, limit=self.limit, shots=self.shots,
+                    seed=self.seed, chunk=self.chunk)
+        return ([EvalRun(**base)]
+                + [EvalRun(**base, policy=p, budget=b) for p in self.policies for b in self.budgets]
+                + [EvalRun(**base, sparsity=r, keep=self.keep) for r in self.rules])

@@ -75,38 +75,44 @@ def sparsity_rule(cfg: EvalRun, model, tok, device: str, progress):
 
 def evaluate(cfg: EvalRun, model, tok, device: str = "cpu", progress=None) -> dict:
     """Per task: items, acc (and acc_norm / perplexity where lm-eval gives them) with standard errors, chance,
-    the share of context tokens the policy evicted, seconds; and the unweighted average accuracy."""
+    the share of context tokens the policy evicted, seconds and items/s; and the unweighted average accuracy.
+    Each task is one ``simple_evaluate`` call, so its wall time is its own."""
+    folder, tasks, sizes = checked_tasks(cfg)
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the task files are local: never ask the hub
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    per_task = {}
+    with methods(cfg, model, tok, device, progress):
+        for t in tasks:
+            per_task[t.name] = _one_task(cfg, t, folder, min(sizes[t.name], cfg.limit or sizes[t.name]), model, tok,
+                                         progress)
+    seconds = sum(r["seconds"] for r in per_task.values())
+    return {"method": cfg.method(), "tasks": per_task, "average_acc": sum(r["acc"] for r in per_task.values())
+            / len(per_task), "seconds": seconds, "items_per_s": sum(r["items"] for r in per_task.values()) / seconds,
+            "shots": cfg.shots, "lm_eval": _version()}
+
+
+def _one_task(cfg: EvalRun, task: Task, folder: Path, items: int, model, tok, progress) -> dict:
     from lm_eval import evaluator
     from lm_eval.tasks import TaskManager
 
     from attnlab.accuracy.lm import EvictingLM
 
-    folder, tasks, sizes = checked_tasks(cfg)
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the task files are local: never ask the hub
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
     lm = EvictingLM(model, tok, cfg.make_policy(), cfg.positions, cfg.chunk, progress)
-    configs = [task_config(t, folder, cfg.shots) for t in tasks]
     t0 = time.perf_counter()
-    with methods(cfg, model, tok, device, progress):
-        out = evaluator.simple_evaluate(model=lm, tasks=configs, task_manager=TaskManager(include_defaults=False),
-                                        limit=cfg.limit, bootstrap_iters=1000, random_seed=cfg.seed,
-                                        fewshot_random_seed=cfg.seed, log_samples=False, verbosity="ERROR")
+    out = evaluator.simple_evaluate(model=lm, tasks=[task_config(task, folder, cfg.shots)],
+                                    task_manager=TaskManager(include_defaults=False), limit=cfg.limit,
+                                    bootstrap_iters=1000, random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
+                                    log_samples=False, verbosity="ERROR")
     seconds = time.perf_counter() - t0
-    per_task = {}
-    for t in tasks:
-        r = out["results"][f"attnlab_{t.name}"]
-        items = min(sizes[t.name], cfg.limit or sizes[t.name])
-        row = {"items": items, "chance": t.chance, "evicted": _mean(lm.evicted.get(f"attnlab_{t.name}"))}
-        for metric in ("acc", "acc_norm", "perplexity"):
-            if f"{metric},none" in r:
-                row[metric] = r[f"{metric},none"]
-                stderr = r.get(f"{metric}_stderr,none")
-                row[f"{metric}_stderr"] = stderr if isinstance(stderr, (int, float)) else None
-        per_task[t.name] = row
-    average = sum(r["acc"] for r in per_task.values()) / len(per_task)
-    return {"method": cfg.method(), "tasks": per_task, "average_acc": average, "seconds": seconds,
-            "items_per_s": sum(r["items"] for r in per_task.values()) / seconds, "shots": cfg.shots,
-            "lm_eval": _version()}
+    r = out["results"][f"attnlab_{task.name}"]
+    row = {"items": items, "chance": task.chance, "evicted": _mean(lm.evicted.get(f"attnlab_{task.name}")),
+           "seconds": seconds, "items_per_s": items / seconds}
+    for metric in ("acc", "acc_norm", "perplexity"):
+        if f"{metric},none" in r:
+            row[metric] = r[f"{metric},none"]
+            stderr = r.get(f"{metric}_stderr,none")
+            row[f"{metric}_stderr"] = stderr if isinstance(stderr, (int, float)) else None
+    return row
 
 
 def _mean(xs) -> float | None:

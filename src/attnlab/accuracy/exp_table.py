@@ -1,0 +1,110 @@
+"""``attnlab reproduce accuracy-table``: the seeds' zero-shot tables (H2O's, Deja Vu's) in miniature on one model.
+
+Rows: dense; each KV policy (H2O heavy + recent, sinks + window) at each budget, the context streamed
+through it so that it evicts; each contextual-sparsity rule (Deja Vu's predictors, CATS, the oracle, a
+static set) at one keep. Columns: the tasks, with standard errors, and their average. The claims, fixed
+from the seeds before the first run, compare a row's average with dense's over the tasks where dense is
+above chance by more than two standard errors (at 135M, COPA and Winogrande may not be: the table says
+which were left out).
+"""
+from __future__ import annotations
+
+from attnlab.accuracy.configs import AccuracyTable, EvalRun
+from attnlab.core.errors import UsageError
+from attnlab.experiments.claims import check, finding
+from attnlab.experiments.registry import Result, register
+
+TALK_ORDER = 1
+
+
+def _average(result: dict, tasks: list[str]) -> float:
+    return sum(result["tasks"][t]["acc"] for t in tasks) / len(tasks) if tasks else float("nan")
+
+
+def claims(table: dict[str, dict], dense: str, cfg: AccuracyTable) -> list:
+    """The seeds' claims on the rows measured (a row that could not run is a finding saying why)."""
+    from attnlab.accuracy.run import above_chance
+
+    compared = [t for t in cfg.tasks if above_chance(table[dense]["tasks"][t])]
+    left_out = [t for t in cfg.tasks if t not in compared]
+    note = f"over {', '.join(compared)}" + (f" ({', '.join(left_out)} left out: dense within 2 standard errors of "
+                                            "chance)" if left_out else "")
+    base = _average(table[dense], compared)
+
+    def drop(row: str) -> float:
+        return base - _average(table[row], compared) if row in table else float("nan")
+
+    out = [finding(f"dense average accuracy {note}", base)]
+    h2o20 = next((r for r in table if r.startswith("h2o 20%")), None)
+    if h2o20:
+        out.append(check(f"H2O at 20% of the context within 1 point of dense on average (H2O's table): dense - "
+                         f"{h2o20} {note}", drop(h2o20), 0.01, 0, "at_most"))
+    keep = f"keep {cfg.keep:g}"
+    for rule, seed in (("oracle", "the oracle's sets, whose PPL rises <= 2% at this keep (contextual-sparsity)"),
+                       ("predicted", "Deja Vu's predictors (lookahead)")):
+        row = f"{rule} {keep}"
+        if row in table:
+            out.append(check(f"{seed} at {keep} within 1 point of dense on average (Deja Vu's table): dense - "
+                             f"{row} {note}", drop(row), 0.01, 0, "at_most"))
+    if f"static {keep}" in table and f"oracle {keep}" in table:
+        out.append(check(f"a static set is clearly worse than contextual sparsity: static's drop minus the oracle's at "
+                         f"{keep}, in points {note}", drop(f"static {keep}") - drop(f"oracle {keep}"), 0.02, 0,
+                         "at_least"))
+    for row, result in table.items():
+        out.append(finding(f"{row}: average accuracy {note}", _average(result, compared)) if "tasks" in result
+                   else finding(f"{row}: not run ({result['skipped']})", float("nan")))
+        evicted = [r["evicted"] for r in result.get("tasks", {}).values() if r.get("evicted") is not None]
+        if evicted:
+            out.append(finding(f"{row}: share of the context evicted, mean over tasks", sum(evicted) / len(evicted)))
+    return out
+
+
+@register("accuracy-table", "the seeds' zero-shot accuracy tables in miniature: dense, H2O and sinks at 20%/50% "
+          "budgets, Deja Vu / CATS / oracle / static sparsity at keep 50%, through lm-evaluation-harness",
+          AccuracyTable, quick={"tasks": ("copa", "piqa"), "limit": 30})
+def run_accuracy_table(cfg: AccuracyTable, ctx) -> Result:
+    from attnlab.accuracy.plots import budget_figure
+    from attnlab.accuracy.run import checked_tasks
+    from attnlab.evals.inputs import load_model
+
+    rows = cfg.rows()
+    checked_tasks(rows[0])
+    model, tok = load_model(cfg.model, ctx.device)
+    table: dict[str, dict] = {}
+    for row in rows:
+        with ctx.progress(0, row.method()) as bar:
+            table[row.method()] = _run_row(row, model, tok, ctx.device, bar)
+    dense = rows[0].method()
+    curves = {p: {b: _average(table[r.method()], list(cfg.tasks)) for r in rows if r.policy == p
+                  for b in [float(r.budget)] if "tasks" in table[r.method()]} for p in cfg.policies}
+    points = {r.method(): _average(table[r.method()], list(cfg.tasks)) for r in rows
+              if r.sparsity and "tasks" in table[r.method()]}
+    budget_figure(ctx, _average(table[dense], list(cfg.tasks)), curves, points)
+    metrics = {"command": ctx.command, "model": cfg.model, "tasks": list(cfg.tasks), "rows": table}
+    summary = "\n".join(table_lines(table, list(cfg.tasks)))
+    return Result(claims(table, dense, cfg), metrics, {"accuracy_vs_budget.png": "Average accuracy over the tasks "
+                  "against the KV budget, per policy; the sparsity rules at their keep; dense dotted."}, summary)
+
+
+def _run_row(row: EvalRun, model, tok, device: str, progress) -> dict:
+    """One row's result; a rule that cannot be built here (no saved predictors) is recorded, not fatal."""
+    from attnlab.accuracy.run import evaluate
+
+    try:
+        return evaluate(row, model, tok, device, progress)
+    except UsageError as e:  # MissingResource too: e.g. Deja Vu's predictors not trained for this model
+        if not row.sparsity:
+            raise
+        return {"method": row.method(), "skipped": str(e)}
+
+
+def table_lines(table: dict[str, dict], tasks: list[str]) -> list[str]:
+    """The table as Markdown lines (the summary shows it): acc ± standard error per task, and the average."""
+    lines = ["| method | " + " | ".join(tasks) + " | average | items/s |", "|---|" + "---|" * (len(tasks) + 2)]
+    for name, r in table.items():
+        if "tasks" not in r:
+            lines.append(f"| {name} | " + " | ".join("—" for _ in tasks) + f" | not run: {r['skipped']} | |")
+            continue
+        cells = [f"{r['tasks'][t]['acc']:.3f} ± {r['tasks'][t]['acc_stderr'] or 0:.3f}" for t in tasks]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_average(r, tasks):.3f} | {r['items_per_s']:.2f} |")
+    return lines
