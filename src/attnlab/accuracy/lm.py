@@ -30,7 +30,8 @@ from attnlab.kv.policies import KVPolicy
 
 
 class EvictingLM(TemplateLM):
-    """``model`` and ``tok`` scored through ``policy``'s cache (None: dense), the context fed ``chunk`` at a time."""
+    """``model`` and ``tok`` scored through ``policy``'s cache (None: dense, the context in one forward), the context fed
+    ``chunk`` tokens at a time through a policy."""
 
     def __init__(self, model, tok, policy: KVPolicy | None = None, positions: str = "original", chunk: int = 32,
                  progress=None):
@@ -93,9 +94,10 @@ class EvictingLM(TemplateLM):
             PolicyCache(self.model, self.policy, self.positions)
         with cache if self.policy is not None else contextlib.nullcontext():
             prefix = torch.tensor(context[:-1], device=device)  # (T-1,)
-            for start in range(0, prefix.numel(), self.chunk):  # the policy evicts as the context grows
+            chunk = self.chunk if self.policy is not None else max(1, prefix.numel())  # dense: one forward
+            for start in range(0, prefix.numel(), chunk):  # the policy evicts as the context grows
                 # logits_to_keep=1: the prefix's own predictions are never read (the LM head is 28M MACs a token)
-                self.model(prefix[None, start:start + self.chunk], past_key_values=cache, use_cache=True,
+                self.model(prefix[None, start:start + chunk], past_key_values=cache, use_cache=True,
                            logits_to_keep=1)
             if self.policy is not None and prefix.numel():
                 self.evicted[task].append(1 - cache.stored(0) / prefix.numel())
