@@ -30,8 +30,8 @@ from attnlab.kv.policies import KVPolicy
 
 
 class EvictingLM(TemplateLM):
-    """``model`` and ``tok`` scored through ``policy``'s cache (None: dense, the context in one forward), the context fed
-    ``chunk`` tokens at a time through a policy."""
+    """``model`` and ``tok`` scored through ``policy``'s cache, the context fed ``chunk`` tokens at a time (no
+    policy: transformers' own cache, the context in one forward)."""
 
     def __init__(self, model, tok, policy: KVPolicy | None = None, positions: str = "original", chunk: int = 32,
                  progress=None):
