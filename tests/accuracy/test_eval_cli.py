@@ -61,3 +61,13 @@ def test_help_teaches_the_protocol(capsys):
         cli.main(["eval", "--help"])
     text = capsys.readouterr().out
     assert "acc_norm" in text and "--shots" in text and "evict" in text and "lm-evaluation-harness" in text
+
+
+def test_chance_is_computed_from_the_items_options(tmp_path):
+    from attnlab.accuracy.tasks import chance
+
+    (tmp_path / "arc_easy.jsonl").write_text(json.dumps({"query": "q", "choices": ["a", "b"], "gold": 0}) + "\n"
+                                             + json.dumps({"query": "q", "choices": list("abcd"), "gold": 3}) + "\n")
+    assert chance(check_file(TASKS.get("arc_easy"), tmp_path)) == pytest.approx((1 / 2 + 1 / 4) / 2)
+    (tmp_path / "lambada_openai.jsonl").write_text(json.dumps({"context": "a b", "continuation": "c"}) + "\n")
+    assert chance(check_file(TASKS.get("lambada"), tmp_path)) is None

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from attnlab.accuracy.configs import EvalRun
-from attnlab.accuracy.tasks import TASKS, Task, check_file, task_config
+from attnlab.accuracy.tasks import TASKS, Task, chance, check_file, task_config
 from attnlab.core.errors import UsageError
 from attnlab.data.sources import locate
 
@@ -32,16 +32,16 @@ def task_folder(data: str) -> Path:
     return folder
 
 
-def checked_tasks(cfg: EvalRun) -> tuple[Path, list[Task], dict[str, int]]:
-    """The data folder, the tasks and their item counts; refused in one line before any model is loaded."""
+def checked_tasks(cfg: EvalRun) -> tuple[Path, list[Task], dict[str, list[int]]]:
+    """The data folder, the tasks and each item's number of options; refused in one line before any model loads."""
     folder = task_folder(cfg.data)
     tasks = [TASKS.get(name) for name in cfg.tasks]
-    sizes = {t.name: check_file(t, folder) for t in tasks}
+    options = {t.name: check_file(t, folder) for t in tasks}
     for t in tasks:
-        if cfg.shots >= sizes[t.name]:
-            raise UsageError(f"--shots {cfg.shots}: {t.name} has {sizes[t.name]} items, so at most "
-                             f"{sizes[t.name] - 1} examples can precede one")
-    return folder, tasks, sizes
+        if cfg.shots >= len(options[t.name]):
+            raise UsageError(f"--shots {cfg.shots}: {t.name} has {len(options[t.name])} items, so at most "
+                             f"{len(options[t.name]) - 1} examples can precede one")
+    return folder, tasks, options
 
 
 @contextlib.contextmanager
@@ -77,21 +77,20 @@ def evaluate(cfg: EvalRun, model, tok, device: str = "cpu", progress=None) -> di
     """Per task: items, acc (and acc_norm / perplexity where lm-eval gives them) with standard errors, chance,
     the share of context tokens the policy evicted, seconds and items/s; and the unweighted average accuracy.
     Each task is one ``simple_evaluate`` call, so its wall time is its own."""
-    folder, tasks, sizes = checked_tasks(cfg)
+    folder, tasks, options = checked_tasks(cfg)
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the task files are local: never ask the hub
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     per_task = {}
     with methods(cfg, model, tok, device, progress):
         for t in tasks:
-            per_task[t.name] = _one_task(cfg, t, folder, min(sizes[t.name], cfg.limit or sizes[t.name]), model, tok,
-                                         progress)
+            per_task[t.name] = _one_task(cfg, t, folder, options[t.name][:cfg.limit], model, tok, progress)
     seconds = sum(r["seconds"] for r in per_task.values())
     return {"method": cfg.method(), "tasks": per_task, "average_acc": sum(r["acc"] for r in per_task.values())
             / len(per_task), "seconds": seconds, "items_per_s": sum(r["items"] for r in per_task.values()) / seconds,
             "shots": cfg.shots, "lm_eval": _version()}
 
 
-def _one_task(cfg: EvalRun, task: Task, folder: Path, items: int, model, tok, progress) -> dict:
+def _one_task(cfg: EvalRun, task: Task, folder: Path, options: list[int], model, tok, progress) -> dict:
     from lm_eval import evaluator
     from lm_eval.tasks import TaskManager
 
@@ -105,8 +104,8 @@ def _one_task(cfg: EvalRun, task: Task, folder: Path, items: int, model, tok, pr
                                     log_samples=False, verbosity="ERROR")
     seconds = time.perf_counter() - t0
     r = out["results"][f"attnlab_{task.name}"]
-    row = {"items": items, "chance": task.chance, "evicted": _mean(lm.evicted.get(f"attnlab_{task.name}")),
-           "seconds": seconds, "items_per_s": items / seconds}
+    row = {"items": len(options), "chance": chance(options), "evicted": _mean(lm.evicted.get(f"attnlab_{task.name}")),
+           "seconds": seconds, "items_per_s": len(options) / seconds}
     for metric in ("acc", "acc_norm", "perplexity"):
         if f"{metric},none" in r:
             row[metric] = r[f"{metric},none"]
@@ -126,7 +125,9 @@ def _version() -> str:
 
 
 def above_chance(row: dict, k: float = 2.0) -> bool:
-    """Whether a task's accuracy is above chance by more than ``k`` standard errors (comparisons need it)."""
-    if row.get("chance") is None or row.get("acc_stderr") is None:
-        return row.get("chance") is None  # no fixed chance (LAMBADA, SIQA's formatting): compared as measured
-    return row["acc"] - row["chance"] > k * row["acc_stderr"] and not math.isnan(row["acc_stderr"])
+    """Whether a task's accuracy is above chance by more than ``k`` standard errors (comparisons need it); a
+    cloze task (LAMBADA) has no chance level and is always compared."""
+    if row.get("chance") is None:
+        return True
+    stderr = row.get("acc_stderr")
+    return stderr is not None and not math.isnan(stderr) and row["acc"] - row["chance"] > k * stderr

@@ -30,7 +30,6 @@ class Task:
     name: str
     file: str  # under the data folder
     shape: str  # choice | partial | cloze
-    chance: float | None  # accuracy of a uniform guess (None: no fixed number of choices)
     title: str
 
     @property
@@ -40,27 +39,28 @@ class Task:
 
 
 TASKS: Registry[Task] = Registry("task", "see `attnlab eval --help`")
-for _t in (Task("copa", "copa.jsonl", "choice", 0.5, "COPA"),
-           Task("openbookqa", "openbook_qa.jsonl", "choice", 0.25, "OpenBookQA"),
-           Task("piqa", "piqa.jsonl", "choice", 0.5, "PIQA"),
-           Task("siqa", "siqa.jsonl", "choice", None, "SIQA"),
-           Task("arc_easy", "arc_easy.jsonl", "choice", 0.25, "ARC-Easy"),
-           Task("arc_challenge", "arc_challenge.jsonl", "choice", 0.25, "ARC-Challenge"),
-           Task("boolq", "boolq.jsonl", "choice", 0.5, "BoolQ"),
-           Task("winogrande", "winogrande.jsonl", "partial", 0.5, "Winogrande"),
-           Task("lambada", "lambada_openai.jsonl", "cloze", None, "LAMBADA")):
+for _t in (Task("copa", "copa.jsonl", "choice", "COPA"),
+           Task("openbookqa", "openbook_qa.jsonl", "choice", "OpenBookQA"),
+           Task("piqa", "piqa.jsonl", "choice", "PIQA"),
+           Task("siqa", "siqa.jsonl", "choice", "SIQA"),
+           Task("arc_easy", "arc_easy.jsonl", "choice", "ARC-Easy"),
+           Task("arc_challenge", "arc_challenge.jsonl", "choice", "ARC-Challenge"),
+           Task("boolq", "boolq.jsonl", "choice", "BoolQ"),
+           Task("winogrande", "winogrande.jsonl", "partial", "Winogrande"),
+           Task("lambada", "lambada_openai.jsonl", "cloze", "LAMBADA")):
     TASKS.add(_t.name, _t)
 
 METRICS = {"choice": ("acc", "acc_norm"), "partial": ("acc",), "cloze": ("acc", "perplexity")}
 
 
-def check_file(task: Task, folder: Path) -> int:
-    """The number of items in ``task``'s file under ``folder``; UsageError naming file and line for a bad one."""
+def check_file(task: Task, folder: Path) -> list[int]:
+    """The number of options of each item in ``task``'s file under ``folder`` (1 for a cloze item); UsageError
+    naming file and line for a bad one."""
     path = folder / task.file
     if not path.is_file():
         raise UsageError(f"--data {folder}: no {task.file} there for task {task.name}; give a folder of task files "
                          "with --data DIR (the shipped ones are used by default)")
-    n = 0
+    options = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
@@ -73,21 +73,27 @@ def check_file(task: Task, folder: Path) -> int:
                 want = ", ".join(task.fields)
                 raise UsageError(f"{path}:{i}: an item of {task.name} needs the fields {want}"
                                  + (f" (missing {missing[0]})" if isinstance(item, dict) else ""))
-            _check_item(task, item, f"{path}:{i}")
-            n += 1
-    if n == 0:
+            options.append(_check_item(task, item, f"{path}:{i}"))
+    if not options:
         raise UsageError(f"{path}: no items; one JSON object per line")
-    return n
+    return options
 
 
-def _check_item(task: Task, item: dict, where: str) -> None:
+def chance(options: list[int]) -> float | None:
+    """The accuracy of a uniform guess over these items' options (None for cloze items: no options)."""
+    return None if all(n == 1 for n in options) else sum(1 / n for n in options) / len(options)
+
+
+def _check_item(task: Task, item: dict, where: str) -> int:
+    """The item's number of options (1 for a cloze item), once its fields are checked."""
     if task.shape == "cloze":
-        return
+        return 1
     options = item["choices" if task.shape == "choice" else "context_options"]
     if not isinstance(options, list) or len(options) < 2 or not all(isinstance(o, str) for o in options):
         raise UsageError(f"{where}: {task.name} needs a list of at least 2 strings to choose from")
     if not isinstance(item["gold"], int) or not 0 <= item["gold"] < len(options):
         raise UsageError(f"{where}: gold={item['gold']!r} is not the index of one of its {len(options)} options")
+    return len(options)
 
 
 def task_config(task: Task, folder: Path, shots: int, seed: int = 0) -> dict:
