@@ -25,12 +25,12 @@ def result_lines(result: dict) -> list[str]:
           "lm-evaluation-harness", EvalRun, demo=False)
 def run_eval(cfg: EvalRun, ctx) -> Result:
     from attnlab.accuracy.plots import task_bars
-    from attnlab.accuracy.run import checked_tasks, evaluate
+    from attnlab.accuracy.run import evaluate, request_count
     from attnlab.evals.inputs import load_model
 
-    checked_tasks(cfg)  # bad task files and impossible shots: refused before the model loads
+    total = request_count(cfg)  # bad task files and impossible shots: refused before the model loads
     model, tok = load_model(cfg.model, ctx.device)
-    with ctx.progress(0, f"eval {cfg.method()}") as bar:
+    with ctx.progress(total, f"eval {cfg.method()}") as bar:
         result = evaluate(cfg, model, tok, ctx.device, bar)
     task_bars(ctx, result)
     metrics = {"command": ctx.command, "model": cfg.model, **result}

@@ -64,15 +64,15 @@ def claims(table: dict[str, dict], dense: str, cfg: AccuracyTable) -> list:
           AccuracyTable, quick={"tasks": ("copa", "piqa"), "limit": 30})
 def run_accuracy_table(cfg: AccuracyTable, ctx) -> Result:
     from attnlab.accuracy.plots import budget_figure
-    from attnlab.accuracy.run import checked_tasks
+    from attnlab.accuracy.run import request_count
     from attnlab.evals.inputs import load_model
 
     rows = cfg.rows()
-    checked_tasks(rows[0])
+    total = request_count(rows[0])  # bad task files and impossible shots: refused before the model loads
     model, tok = load_model(cfg.model, ctx.device)
     table: dict[str, dict] = {}
     for row in rows:
-        with ctx.progress(0, row.method()) as bar:
+        with ctx.progress(total, row.method()) as bar:
             table[row.method()] = _run_row(row, model, tok, ctx.device, bar)
     dense = rows[0].method()
     curves = {p: {b: _average(table[r.method()], list(cfg.tasks)) for r in rows if r.policy == p

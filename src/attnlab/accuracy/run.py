@@ -8,6 +8,7 @@ policy lives in the ``LM``'s cache) and runs ``lm_eval.simple_evaluate`` with :c
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import math
 import os
@@ -42,6 +43,12 @@ def checked_tasks(cfg: EvalRun) -> tuple[Path, list[Task], dict[str, list[int]]]
             raise UsageError(f"--shots {cfg.shots}: {t.name} has {len(options[t.name])} items, so at most "
                              f"{len(options[t.name]) - 1} examples can precede one")
     return folder, tasks, options
+
+
+def request_count(cfg: EvalRun) -> int:
+    """How many log-likelihoods ``cfg`` asks for (one per option of each item): a progress bar's total."""
+    _, tasks, options = checked_tasks(cfg)
+    return sum(sum(options[t.name][:cfg.limit]) for t in tasks)
 
 
 @contextlib.contextmanager
@@ -98,10 +105,11 @@ def _one_task(cfg: EvalRun, task: Task, folder: Path, options: list[int], model,
 
     lm = EvictingLM(model, tok, cfg.make_policy(), cfg.positions, cfg.chunk, progress)
     t0 = time.perf_counter()
-    out = evaluator.simple_evaluate(model=lm, tasks=[task_config(task, folder, cfg.shots)],
-                                    task_manager=TaskManager(include_defaults=False), limit=cfg.limit,
-                                    bootstrap_iters=1000, random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
-                                    log_samples=False, verbosity="ERROR")
+    with contextlib.redirect_stderr(io.StringIO()):  # lm-eval's own progress bars; ours (made before) still shows
+        out = evaluator.simple_evaluate(model=lm, tasks=[task_config(task, folder, cfg.shots)],
+                                        task_manager=TaskManager(include_defaults=False), limit=cfg.limit,
+                                        bootstrap_iters=1000, random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
+                                        log_samples=False, verbosity="ERROR")
     seconds = time.perf_counter() - t0
     r = out["results"][f"attnlab_{task.name}"]
     row = {"items": len(options), "chance": chance(options), "evicted": _mean(lm.evicted.get(f"attnlab_{task.name}")),
