@@ -80,3 +80,14 @@ def test_a_small_budget_evicts_while_the_context_streams(setup):
     changed = sum(abs(a[0] - b[0]) > 1e-3 for t in dense for a, b in zip(dense[t], evicting[t]))
     assert changed > len(dense["attnlab_copa"]) // 2  # eviction engaged: the scores moved
     assert model.config._attn_implementation != "attnlab_kv"  # the cache's context restored the model
+
+
+def test_lm_eval_s_bookkeeping_is_restored_after_a_run(setup):
+    from lm_eval import evaluator as ev
+
+    from attnlab.accuracy.run import _lean_lm_eval
+
+    before = ev.get_git_commit_hash, ev.add_env_info
+    with _lean_lm_eval():
+        assert ev.get_git_commit_hash() is None
+    assert (ev.get_git_commit_hash, ev.add_env_info) == before

@@ -105,7 +105,7 @@ def _one_task(cfg: EvalRun, task: Task, folder: Path, options: list[int], model,
 
     lm = EvictingLM(model, tok, cfg.make_policy(), cfg.positions, cfg.chunk, progress)
     t0 = time.perf_counter()
-    with contextlib.redirect_stderr(io.StringIO()):  # lm-eval's own progress bars; ours (made before) still shows
+    with contextlib.redirect_stderr(io.StringIO()), _lean_lm_eval():  # lm-eval's progress bars hidden; ours shows
         out = evaluator.simple_evaluate(model=lm, tasks=[task_config(task, folder, cfg.shots)],
                                         task_manager=TaskManager(include_defaults=False), limit=cfg.limit,
                                         bootstrap_iters=1000, random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
@@ -120,6 +120,23 @@ def _one_task(cfg: EvalRun, task: Task, folder: Path, options: list[int], model,
             stderr = r.get(f"{metric}_stderr,none")
             row[f"{metric}_stderr"] = stderr if isinstance(stderr, (int, float)) else None
     return row
+
+
+@contextlib.contextmanager
+def _lean_lm_eval():
+    """lm-eval's per-run bookkeeping without its costs: on every ``simple_evaluate`` it runs ``git describe``
+    (which prints "fatal: not a git repository" to the terminal outside a checkout) and torch's
+    ``collect_env`` (~1.5 s of subprocesses here, per task and row of a table). attnlab records its own
+    versions in metrics.json; for the call only, both are replaced by what lm-eval stores when they fail."""
+    from lm_eval import evaluator
+
+    saved = evaluator.get_git_commit_hash, evaluator.add_env_info
+    evaluator.get_git_commit_hash = lambda: None
+    evaluator.add_env_info = lambda storage: storage.update({"lm_eval_version": _version()})
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash, evaluator.add_env_info = saved
 
 
 def _mean(xs) -> float | None:
