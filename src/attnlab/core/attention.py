@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import torch
 
-JOINED_LOGIT = ("softmax1", "sink-logit")  # the variants whose normaliser has an extra logit per head
-
 
 def sink_softmax(logits: torch.Tensor, sink: torch.Tensor | None) -> torch.Tensor:
     """Row softmax with one extra logit per head joined to each row and dropped after.

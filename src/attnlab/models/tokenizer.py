@@ -30,7 +30,6 @@ from attnlab.data.vocab import BASIC_ENGLISH_RULES, UNK, Vocab, basic_english
 
 EOS = "<|endoftext|>"
 SINK = "<|sink|>"  # the learnable sink token of a sink-token model: a vocabulary entry of its own
-KINDS = ("word", "bpe")
 
 
 class LabTokenizer:

@@ -86,9 +86,6 @@ class Stream:
     values: tuple[int, ...]
     queries: tuple[Query, ...]  # in stream order
 
-    def text_of_line(self, i: int) -> str:
-        return LINE.format(key=self.keys[i], value=self.values[i])
-
 
 def make_stream(spec: StreamSpec) -> Stream:
     """The lines and queries of ``spec``, the same for the same seed. Query slot k asks at the k-th

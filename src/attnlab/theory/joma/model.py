@@ -34,7 +34,6 @@ ATTENTIONS = ("softmax", "exp", "linear")
 ACTIVATIONS = ("linear", "relu")
 OBJECTIVES = ("ce", "g")  # cross-entropy, or the constant back-propagated g of the paper
 HEADS = ("none", "linear")  # h are the logits, or a trained linear head maps K -> classes
-EMBEDDINGS = ("identity", "random")  # or a path to a .npy / .pt (d, M_c + 1) matrix
 
 
 def make_embedding(spec: str, d: int, num_contextual: int, seed: int = 0) -> torch.Tensor:
