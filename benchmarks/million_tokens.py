@@ -51,7 +51,7 @@ import torch
 from tqdm.auto import tqdm
 
 from attnlab.core.errors import UsageError
-from attnlab.core.io import write_json
+from attnlab.core.io import disk_refusal, write_json
 from attnlab.data.sources import read_corpus
 from attnlab.evals.inputs import load_model
 from attnlab.evals.streaming import recompute_nll, stream_nll
@@ -174,10 +174,17 @@ def save(state: dict, report: dict, args) -> None:
     """Checkpoint, report and figure, each written aside and renamed: an interrupted run loses at most a segment."""
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / (CHECKPOINT + ".tmp")
-    torch.save({**state, "args": settings(args), "caches": {k: c.state_dict() for k, c in state["caches"].items()}},
-               tmp)  # straight to disk: ~140 MiB in memory would show in the peak RSS this run measures
-    os.replace(tmp, args.out / CHECKPOINT)
-    write_json(args.out / "million_tokens.json", report)
+    try:
+        torch.save({**state, "args": settings(args), "caches": {k: c.state_dict() for k, c in state["caches"].items()}},
+                   tmp)  # straight to disk: ~140 MiB in memory would show in the peak RSS this run measures
+        os.replace(tmp, args.out / CHECKPOINT)
+        write_json(args.out / "million_tokens.json", report)
+    except (OSError, RuntimeError) as e:  # torch.save wraps the disk's refusal in a RuntimeError
+        tmp.unlink(missing_ok=True)
+        if (refused := disk_refusal(e)) is None:
+            raise
+        raise UsageError(f"--out {args.out}: cannot write the checkpoint ({refused.strerror}); free space there and "
+                         "run the same command again: it resumes from the last complete checkpoint") from None
     # Drawn by a child process: drawn in this one, matplotlib kept ~6 MiB a segment (the sinks part's RSS
     # after trim), which would read as the stream's memory creeping.
     subprocess.run([sys.executable, str(Path(__file__).with_name("million_report.py")), str(args.out)],

@@ -79,3 +79,31 @@ def test_out_an_existing_file_is_one_line_and_kept(million, text, tmp_path, caps
 def test_redraw_of_a_folder_without_a_run_is_one_line(million, tmp_path, capsys):
     line = _fails(million, ["--out", tmp_path, "--redraw"], capsys)
     assert "million_tokens.json: FileNotFoundError; give the --out of a million_tokens.py run" in line
+
+
+def test_a_full_disk_at_the_checkpoint_is_one_line_naming_the_fix(million, tmp_path, monkeypatch):
+    """torch.save refused by the disk: one line saying a rerun resumes, no half-written checkpoint left, and the
+    previous complete checkpoint untouched."""
+    import errno
+    from types import SimpleNamespace
+
+    from attnlab.core.errors import UsageError
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / million.CHECKPOINT).write_bytes(b"the last complete checkpoint")
+
+    def full(obj, path):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc] . PytorchStreamWriter failed writing file") \
+            from OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(million.torch, "save", full)
+    monkeypatch.setattr(million, "settings", lambda args: {})
+    args = SimpleNamespace(out=out)
+    with pytest.raises(UsageError, match="No space left on device.*resumes from the last complete checkpoint") as e:
+        million.save({"caches": {}}, {}, args)
+    assert "\n" not in str(e.value)
+    assert sorted(p.name for p in out.iterdir()) == [million.CHECKPOINT]
+    assert (out / million.CHECKPOINT).read_bytes() == b"the last complete checkpoint"
