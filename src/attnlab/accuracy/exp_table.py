@@ -61,7 +61,7 @@ def claims(table: dict[str, dict], dense: str, cfg: AccuracyTable) -> list:
 
 @register("accuracy-table", "the seeds' zero-shot accuracy tables in miniature: dense, H2O and sinks at 20%/50% "
           "budgets, Deja Vu / CATS / oracle / static sparsity at keep 50%, through lm-evaluation-harness",
-          AccuracyTable, quick={"tasks": ("copa", "piqa"), "limit": 30})
+          AccuracyTable, quick={"tasks": ("copa", "piqa"), "limit": 20})
 def run_accuracy_table(cfg: AccuracyTable, ctx) -> Result:
     from attnlab.accuracy.plots import budget_figure
     from attnlab.accuracy.run import request_count
