@@ -89,7 +89,7 @@ class EvalRun:
                          else f"{self.policy} {b}")
         if self.sparsity:
             parts.append(f"{self.sparsity} keep {self.keep:g}")
-        if self.rope:
+        if self.rope not in ("", "none"):
             parts.append(f"{self.rope} x{self.rope_factor:g}")
         return " + ".join(parts) or "dense"
 

@@ -59,7 +59,7 @@ def methods(cfg: EvalRun, model, tok, device: str, progress):
             from attnlab.sparsity.mlp import SparseMLP
 
             stack.enter_context(SparseMLP(model, sparsity_rule(cfg, model, tok, device, progress)))
-        if cfg.rope:
+        if cfg.rope not in ("", "none"):
             from attnlab.rope.apply import ScaledRope
             from attnlab.rope.scalings import make_scaling
 
