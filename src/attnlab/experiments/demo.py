@@ -32,7 +32,10 @@ def add_demo(sub) -> None:
         description="Run every demo experiment (quick settings where an experiment has them) into one folder, "
         "in the order of the talk: an index.html that opens with a summary table and shows every figure and "
         "every claim with its status (holds, fails with the reason, erratum with its correction, finding), "
-        "and the same as report.md. The long-context ones (passkey, rope-zero-shot, pi-finetune) take too "
+        "and the same as report.md. The texts it reads ship with attnlab; SmolLM2-135M is fetched the first "
+        "time it is needed (~100 MB, once; --offline skips those experiments instead). H2O's XSum file does "
+        "not ship (research-use licence): h2o-xsum runs where $ATTNLAB_DATA or ./data holds "
+        "xsum/xsum_0shot.jsonl. The long-context ones (passkey, rope-zero-shot, pi-finetune) take too "
         "long for a demo: run them with `attnlab reproduce`.",
     )
     p.add_argument("--out", default="attnlab-demo", type=Path, help="report folder (default: ./attnlab-demo)")
