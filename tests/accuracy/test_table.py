@@ -33,3 +33,22 @@ def test_the_table_runs_every_row_and_states_its_claims(tmp_path, monkeypatch):
     texts = [c["claim"] for c in m["claims"]]
     assert any(t.startswith("H2O at 20%") for t in texts) and any("static set is clearly worse" in t for t in texts)
     assert (out / "accuracy_vs_budget.png").is_file() and "| h2o 20% |" in (out / "report.md").read_text()
+
+
+def test_claims_skip_a_row_that_could_not_run_and_compare_only_tasks_above_chance():
+    from attnlab.accuracy.configs import AccuracyTable
+    from attnlab.accuracy.exp_table import claims
+
+    def row(copa, piqa):
+        return {"tasks": {"copa": {"acc": copa, "acc_stderr": 0.05, "chance": 0.5, "evicted": None},
+                          "piqa": {"acc": piqa, "acc_stderr": 0.05, "chance": 0.5, "evicted": None}}}
+
+    table = {"dense": row(0.52, 0.70), "h2o 20%": row(0.50, 0.695), "predicted keep 0.5": {"skipped": "no predictors"},
+             "oracle keep 0.5": row(0.9, 0.69), "static keep 0.5": row(0.1, 0.60)}
+    out = {c.claim.split(":")[0]: c for c in claims(table, "dense", AccuracyTable(tasks=("copa", "piqa")))}
+    h2o = next(c for k, c in out.items() if k.startswith("H2O at 20%"))
+    assert h2o.holds and h2o.measured == pytest.approx(0.005) and "copa left out" in h2o.claim  # copa: at chance
+    oracle = next(c for k, c in out.items() if k.startswith("the oracle"))
+    assert oracle.holds and oracle.measured == pytest.approx(0.01)  # 1 point exactly: within
+    assert not any(k.startswith("Deja Vu") for k in out)  # the row did not run: no claim on it
+    assert out["predicted keep 0.5"].status == "finding" and "not run (no predictors)" in out["predicted keep 0.5"].claim
