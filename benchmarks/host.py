@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from attnlab.core.io import write_atomic
+
 
 def machine() -> str:
     """This CPU, its cores and torch's threads: a run resumed elsewhere says where each stretch ran."""
@@ -92,8 +94,8 @@ def recorded(out: Path | None, figures: dict | None = None):
     meta = {"command": command, "machine": machine(), "date": datetime.date.today().isoformat()}
     out.mkdir(parents=True, exist_ok=True)
     head = f"`{command}`\n\n{meta['machine']}, {meta['date']}\n\n"
-    _write_aside(out / "result.md", head + captured.getvalue())
-    _write_aside(out / "result.json", json.dumps({**meta, **(figures or {})}, indent=2, default=str) + "\n")
+    write_atomic(out / "result.md", head + captured.getvalue())
+    write_atomic(out / "result.json", json.dumps({**meta, **(figures or {})}, indent=2, default=str) + "\n")
     print(f"kept in {out}/result.md and result.json", file=sys.stderr)
 
 
@@ -111,9 +113,3 @@ class _Tee(io.TextIOBase):
     def flush(self) -> None:
         for stream in self.streams:
             stream.flush()
-
-
-def _write_aside(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(text)
-    os.replace(tmp, path)
