@@ -56,6 +56,14 @@ def received_attention(probs: torch.Tensor) -> torch.Tensor:
     return probs.sum(dim=-2)
 
 
+def follow(t: torch.Tensor, *sums: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Running sums ``sums`` on the device of ``t``, the tensor they are about to accumulate: moved there the
+    first time they see one from elsewhere (a GPU model's), a no-op after. Why: sums made on the CPU and fed
+    CUDA tensors stopped every probe on an H100; kept where their input lives they follow it by construction.
+    Readouts bring them back with ``.cpu()``."""
+    return tuple(s if s.device == t.device else s.to(t.device) for s in sums)
+
+
 # --------------------------------------------------------------------------- residual-stream cosine (P3)
 class CosineSums:
     """Running mean cosine similarity between paired rows, per layer: Deja Vu's "slowly changing
@@ -70,9 +78,10 @@ class CosineSums:
     def add(self, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
         """x, y: (..., d) paired vectors (e.g. one window's resid_pre and resid_post of ``layer``)."""
         cos = torch.nn.functional.cosine_similarity(x.double(), y.double(), dim=-1)  # (...,)
+        self.sums, self.counts = follow(cos, self.sums, self.counts)
         self.sums[layer] += cos.sum()
         self.counts[layer] += cos.numel()
 
     def mean(self) -> torch.Tensor:
         """(n_layers,) the mean cosine of each layer over every pair added (NaN where none)."""
-        return (self.sums / self.counts).float()
+        return (self.sums / self.counts).float().cpu()

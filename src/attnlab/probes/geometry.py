@@ -24,7 +24,7 @@ import math
 import torch
 
 from attnlab.core.errors import UsageError
-from attnlab.core.metrics import CosineSums, attention_entropy
+from attnlab.core.metrics import CosineSums, attention_entropy, follow
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
 from attnlab.probes.base import Probe, check_bounds, layer_of, register
@@ -64,14 +64,18 @@ class SimilarityProbe(Probe):
         else:
             # head by head: (t, S) temporaries, not (H, t, S) ones (0.3 GB a copy at 16k tokens for SmolLM2)
             ent = torch.stack([attention_entropy(head.float()) for head in t[0]]).double()  # (H, t)
-            keys = torch.arange(start + 1, start + ent.shape[1] + 1, dtype=torch.float64)  # (t,) causal row lengths
+            # (t,) causal row lengths
+            keys = torch.arange(start + 1, start + ent.shape[1] + 1, dtype=torch.float64, device=ent.device)
             several = keys > 1  # a one-key row: entropy 0 out of a maximum log 1 = 0, no normalised value
+            self.entropy, self.normalised, self.rows = follow(ent, self.entropy, self.normalised, self.rows)
             self.entropy[i] += ent.sum(1)
             self.normalised[i] += (ent[:, several] / keys[several].log()).sum(1)
-            self.rows[i] += torch.tensor([ent.shape[1], int(several.sum())], dtype=torch.float64)
+            self.rows[i, 0] += ent.shape[1]
+            self.rows[i, 1] += several.sum()
 
     def result(self) -> dict:
         cos = self.cos.mean()  # (L,)
+        self.entropy, self.normalised, self.rows = (x.cpu() for x in (self.entropy, self.normalised, self.rows))
         heads = self.normalised / self.rows[:, 1:]  # (L, H)
         return {"cosine": cos.tolist(), "between": cos[1:].tolist(),
                 "entropy": (self.entropy / self.rows[:, :1]).mean(1).tolist(),
@@ -195,7 +199,7 @@ class OrthogonalityProbe(Probe):
         out = {"layers": self.names, "d_model": self.d, "pairs": int(sum(len(p) for p in self.pairs)),
                "quantiles": list(QUANTILES), "random": rand, "factor": self.factor}
         for suffix, cosines in (("", self.cosines), ("_centred", self.centred)):
-            layers = [self._summary(torch.cat(c)) for c in cosines]
+            layers = [self._summary(torch.cat(c).cpu()) for c in cosines]
             ratio = [s["mean_abs_cos"] / rand["mean_abs_cos"] for s in layers]
             out.update({k + suffix: [s[k] for s in layers] for k in layers[0]})
             out.update({"ratio" + suffix: ratio, "orthogonal" + suffix: [r <= self.factor for r in ratio]})

@@ -24,7 +24,7 @@ from torch import nn
 
 from attnlab.core.errors import UsageError
 from attnlab.core.fit import power_law_fit, rank_frequency
-from attnlab.core.metrics import received_attention
+from attnlab.core.metrics import follow, received_attention
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
 from attnlab.probes.base import Probe, check_bounds, layer_of, register
@@ -85,9 +85,10 @@ class HeavyHitterProbe(Probe):
         i = layer_of(name)
         p = t[0].float()  # (H, q, S), S = start + q
         h, q, s = p.shape
+        self.acc, self.mass, self.rows = follow(p, self.acc, self.mass, self.rows)
         # query head h reads KV head h // g (transformers' repeat_kv): a KV head's g query heads are adjacent
         self.acc[i, :, :s] += received_attention(p.reshape(self.n_kv, (h // self.n_kv) * q, s))  # (Hkv, S)
-        pos = torch.arange(start, start + q)  # (q,) absolute positions of the chunk's queries
+        pos = torch.arange(start, start + q, device=p.device)  # (q,) absolute positions of the chunk's queries
         rows = (pos % self.row_stride == 0).nonzero().squeeze(1)  # the query rows the top-share reads
         if rows.numel():
             self.mass[i] += self._top_mass(p[:, rows], pos[rows] + 1)
@@ -98,7 +99,7 @@ class HeavyHitterProbe(Probe):
         how many keys each row sees (causal: its position + 1)."""
         last = torch.stack([top_counts(n_visible, s) - 1 for s in self.shares], -1)  # (q, n_shares)
         k = int(last.max()) + 1  # the most keys any row keeps: the last row's, at the largest share
-        out = torch.zeros(len(self.shares), dtype=torch.float64)
+        out = p.new_zeros(len(self.shares), dtype=torch.float64)
         for head in p:  # (q, S): one head at a time, not a copy of the whole pattern
             # top-k, not a full sort: 3.5x faster at k = 20% of S, the same sums
             top = head.topk(k, dim=-1).values.cumsum(-1)  # (q, k) mass of each row's top r+1 keys, r < k
@@ -106,6 +107,7 @@ class HeavyHitterProbe(Probe):
         return out
 
     def result(self) -> dict:
+        self.acc, self.mass, self.rows = (x.cpu() for x in (self.acc, self.mass, self.rows))
         total = self.acc.sum(1)  # (L, T): accumulated attention per key, all heads
         seen_by = torch.arange(self.T, 0, -1, dtype=torch.float64)  # (T,) queries that see key j: T - j
         fits = [power_law_fit(row, self.fit_head) for row in total]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnlab.core.metrics import follow
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
 from attnlab.probes.base import Probe, check_bounds, layer_of, register
@@ -61,6 +62,7 @@ class MassiveActivationProbe(Probe):
     def see(self, name: str, t: torch.Tensor, start: int) -> None:
         i = layer_of(name)
         a = t[0].abs().float()  # (q, d)
+        self.hist, self.top_v[i], self.top_at[i] = follow(a, self.hist, self.top_v[i], self.top_at[i])
         b = ((a.clamp(min=1e-30).log10() - LO) / WIDTH).floor().clamp(0, BINS - 1).long()  # (q, d) bin index
         self.hist[i] += torch.bincount(b.flatten(), minlength=BINS)
         v, j = a.flatten().topk(min(self.k, a.numel()))  # this chunk's top entries
@@ -70,6 +72,8 @@ class MassiveActivationProbe(Probe):
         self.top_v[i], self.top_at[i] = v[keep], at[keep]
 
     def result(self) -> dict:
+        self.hist = self.hist.cpu()
+        self.top_v, self.top_at = [v.cpu() for v in self.top_v], [a.cpu() for a in self.top_at]
         median = [histogram_median(h) for h in self.hist]
         top = [[{"value": float(v), "position": int(p), "token": int(self.ids[p]), "channel": int(c)}
                 for v, (p, c) in zip(vs, at.tolist())] for vs, at in zip(self.top_v, self.top_at)]

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from attnlab.core.errors import UsageError
-from attnlab.core.metrics import sink_share
+from attnlab.core.metrics import follow, sink_share
 from attnlab.experiments.claims import check, finding
 from attnlab.models import arch
 from attnlab.probes.base import Probe, check_bounds, layer_of, register
@@ -73,14 +73,15 @@ class SinkProbe(Probe):
     def see(self, name: str, t: torch.Tensor, start: int) -> None:
         layer = layer_of(name)
         rows = t[0, :, max(0, self.first - start):]  # (H, q, S): the queries at positions >= first; a view
+        self.on_first, self.on_k, self.queries = follow(t, self.on_first, self.on_k, self.queries)
         # float64 only for the few columns read: a copy of the whole chunk would be H x q x S doubles
         self.on_first[layer] += sink_share(rows).double().sum(-1)  # (H,)
         self.on_k[layer] += rows[..., :self.first].double().sum((-1, -2))  # (H,)
         self.queries[layer] += rows.shape[1]
 
     def result(self) -> dict:
-        n = self.queries.clamp(min=1).double()[:, None]  # (L, 1)
-        share, share_k = self.on_first / n, self.on_k / n  # (L, H)
+        n = self.queries.cpu().clamp(min=1).double()[:, None]  # (L, 1)
+        share, share_k = self.on_first.cpu() / n, self.on_k.cpu() / n  # (L, H)
         sinks = (share > self.eps).double()  # (L, H): Gu et al.'s sink heads
         chance, chance_k = chance_share(self.first, self.n_tokens)
         return {"first": self.first, "eps": self.eps, "from_layer": self.from_layer,

@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 
 from attnlab.core.errors import UsageError
+from attnlab.core.metrics import follow
 from attnlab.experiments.claims import finding
 from attnlab.models import arch
 from attnlab.probes.base import Probe, check_bounds, layer_of, register
@@ -107,7 +108,8 @@ class SuperpositionProbe(Probe):
         if i not in self.values:
             return
         h = t[0].float()  # (t, d_ff)
-        pos = torch.arange(start, start + h.shape[0])  # (t,)
+        self.values[i], self.positions[i] = follow(h, self.values[i], self.positions[i])
+        pos = torch.arange(start, start + h.shape[0], device=h.device)  # (t,)
         if start == 0:  # leave the sink position out
             h, pos = h[1:], pos[1:]
         values = torch.cat([self.values[i], h])  # (k + t, d_ff)
@@ -133,6 +135,8 @@ class SuperpositionProbe(Probe):
         return out
 
     def result(self) -> dict:
+        self.values = {i: v.cpu() for i, v in self.values.items()}
+        self.positions = {i: p.cpu() for i, p in self.positions.items()}
         counts = torch.bincount(self.ids).double()  # (V,)
         idf = (self.ids.numel() / counts.clamp(min=1)).log()  # (V,) idf of the text's tokens
         out = {"layers": self.layers, "top": self.top, "window": self.window, "threshold": self.threshold,

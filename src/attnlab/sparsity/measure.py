@@ -17,6 +17,7 @@ from typing import Callable, Iterator, NamedTuple
 import torch
 
 from attnlab.core.errors import ConfigError
+from attnlab.core.metrics import follow
 from attnlab.data.sources import HUB_PREFIX, locate
 from attnlab.evals.inputs import load_model, text_ids
 from attnlab.evals.longppl import scored_nll
@@ -130,11 +131,12 @@ class MagnitudeHistogram:
 
     def add(self, layer: int, values: torch.Tensor) -> None:
         logs = values.detach().abs().float().clamp_min(1e-30).log10().clamp(self.LO, self.HI)
+        self.counts, = follow(logs, self.counts)
         self.counts[layer] += torch.histc(logs, self.BINS, self.LO, self.HI).double()
 
     def threshold(self, layer: int, keep: float) -> float:
         """t such that a fraction ``keep`` of the entries seen has |v| >= t (0.0 keeps everything)."""
-        counts = self.counts[layer]
+        counts = self.counts[layer].cpu()
         above = counts.flip(0).cumsum(0).flip(0)  # (BINS,) entries in this bin or higher
         target = keep * float(counts.sum())
         b = int((above >= target).nonzero().max())  # the highest bin whose tail reaches the target

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.core.errors import ConfigError, UsageError
+from attnlab.core.metrics import follow
 from attnlab.models import arch
 from attnlab.models.trace import Trace
 from attnlab.sparsity.rules import keep_count, topk_mask
@@ -228,6 +229,7 @@ def score(preds: list[Predictors], model, ids: torch.Tensor, window: int = 512, 
             oracle, a = targets_for(y, p.meta.source), targets_for(h, p.meta.source)  # (P, W, n)
             pred, t = topk_mask(logits, keep), logits > 0  # (P, W, n)
             k = oracle.sum(-1).double()  # (P, W)
+            s.update(zip(keys, follow(k, *(s[key] for key in keys))))
             s["recall"] += ((pred & oracle).sum(-1) / k).sum(-1)
             s["mass"] += (a * pred).sum((1, 2)).double()
             s["oracle_mass"] += (a * oracle).sum((1, 2)).double()
@@ -239,6 +241,7 @@ def score(preds: list[Predictors], model, ids: torch.Tensor, window: int = 512, 
             progress.update(x.shape[1])
     out = {}
     for p, s in zip(preds, sums):
+        s = {key: v.cpu() for key, v in s.items()}
         total = s.pop("total")
         per = {k: (v / (total if k.endswith("mass") else count)).tolist() for k, v in s.items()}
         out[p.meta.source] = {"layers": list(p.meta.layers), **per}

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from attnlab.core.metrics import CosineSums
+from attnlab.core.metrics import CosineSums, follow
 from attnlab.evals.longppl import scored_nll
 from attnlab.models import arch
 from attnlab.models.trace import Trace
@@ -75,11 +75,12 @@ class _OverlapSums:
         for i in range(self.n):
             m = topk_mask(tr[f"blocks.{i}.mlp.post"][0].abs(), self.keep)  # (W, d_ff) bool
             shared = (m[1:] & m[:-1]).sum(-1).double() / m[:-1].sum(-1).double()  # (W - 1,)
+            self.sums, = follow(shared, self.sums)
             self.sums[i] += shared.sum()
         self.pairs += m.shape[0] - 1
 
     def result(self) -> torch.Tensor:
-        return (self.sums / max(self.pairs, 1)).float()
+        return (self.sums / max(self.pairs, 1)).float().cpu()
 
 
 def consecutive_overlap(model, ids: torch.Tensor, keep: float, window: int = 512, progress=None) -> torch.Tensor:

@@ -1,0 +1,49 @@
+"""benchmarks/gpu_smoke.py without a GPU: its random model is a folder attnlab loads and runs, its verdicts
+tell a device crash from other failures, and an unknown experiment is refused."""
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def smoke(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import gpu_smoke
+
+    # SmolLM2's shape at a test's size: the same keys, so the folder is built as the real one is
+    monkeypatch.setitem(gpu_smoke.SMOLLM2, "vocab_size", 300)
+    monkeypatch.setitem(gpu_smoke.SMOLLM2, "hidden_size", 36)
+    monkeypatch.setitem(gpu_smoke.SMOLLM2, "intermediate_size", 64)
+    monkeypatch.setitem(gpu_smoke.SMOLLM2, "max_position_embeddings", 128)
+    return gpu_smoke
+
+
+def test_the_random_model_is_a_folder_attnlab_loads_and_runs(smoke, tmp_path):
+    from attnlab.evals.inputs import load_model
+
+    model, tok = load_model(str(smoke.random_model(tmp_path / "m", layers=2)), "cpu")
+    cfg = model.config
+    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (2, 9, 3)
+    ids = tok("a passkey is 4321.", return_tensors="pt").input_ids
+    assert tok.decode(ids[0]) == "a passkey is 4321." and int(ids.max()) < 256
+    assert torch.isfinite(model(ids).logits).all()
+
+
+@pytest.mark.parametrize("rc, output, expected", [
+    (0, "whatever", "ok"),
+    (None, "half a run", "timeout"),
+    (1, "Traceback ...\nRuntimeError: Expected all tensors to be on the same device, but found at least two "
+        "devices, cuda:0 and cpu!\n", "device"),
+    (2, "loading\nattnlab: --budget 0: keep at least 1 token\n\n", "error: attnlab: --budget 0: keep at least 1 token"),
+])
+def test_a_verdict_tells_a_device_crash_from_other_failures(smoke, rc, output, expected):
+    assert smoke.verdict(rc, output) == expected
+
+
+def test_an_unknown_experiment_is_refused(smoke, capsys):
+    with pytest.raises(SystemExit) as e:
+        smoke.main(["--device", "cpu", "--only", "probe,no-such-thing"])
+    assert e.value.code == 2 and "no-such-thing" in capsys.readouterr().err
