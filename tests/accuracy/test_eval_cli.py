@@ -71,3 +71,28 @@ def test_chance_is_computed_from_the_items_options(tmp_path):
     assert chance(check_file(TASKS.get("arc_easy"), tmp_path)) == pytest.approx((1 / 2 + 1 / 4) / 2)
     (tmp_path / "lambada_openai.jsonl").write_text(json.dumps({"context": "a b", "continuation": "c"}) + "\n")
     assert chance(check_file(TASKS.get("lambada"), tmp_path)) is None
+
+
+@pytest.mark.parametrize("name", ["copa", "winogrande", "lambada"])
+def test_the_prompts_lm_eval_builds_read_as_the_items_text(name, tmp_path):
+    """The (context, continuation) strings lm-eval makes from our configs, 2-shot: one space between a text
+    and its answer, in the item and in every shot (a cloze word once lost its space: "... aboutsigns")."""
+    from lm_eval.tasks import TaskManager
+
+    from task_files import write_tasks
+
+    folder = write_tasks(tmp_path / "tasks", n=6)
+    task = TaskManager(include_defaults=False).load([task_config(TASKS.get(name), folder, shots=2)])["tasks"]
+    task = next(iter(task.values())) if isinstance(task, dict) else task
+    task.build_all_requests(limit=3, rank=0, world_size=1)
+    items = [json.loads(line) for line in (folder / TASKS.get(name).file).read_text().splitlines()]
+    for inst in task.instances:
+        context, continuation = inst.args
+        doc, (*shots, text) = items[inst.doc_id], context.split("\n\n")
+        if name == "lambada":
+            assert continuation == " " + doc["continuation"] and text == doc["context"]
+        elif name == "copa":
+            assert continuation in [" " + c for c in doc["choices"]] and text == doc["query"]
+        else:
+            assert continuation == " " + doc["continuation"] and text in doc["context_options"]
+        assert len(shots) == 2 and "  " not in context + continuation

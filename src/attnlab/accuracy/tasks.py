@@ -118,5 +118,9 @@ def task_config(task: Task, folder: Path, shots: int, seed: int = 0) -> dict:
     if task.shape == "partial":  # doc_to_text gives the gold index: lm-eval then scores the target after each choice
         return common | {"output_type": "multiple_choice", "doc_to_text": "{{gold}}",
                          "doc_to_choice": "{{context_options}}", "doc_to_target": "{{continuation}}"}
+    # a loglikelihood request is (context, doc_to_target) as they are: lm-eval puts target_delimiter only
+    # between a few-shot example's text and its target, so the space before the word is the target's own (as
+    # in lm-eval's lambada_openai.yaml) and the delimiter is empty. With " " and a bare word, the item read
+    # "... care aboutsigns" (SmolLM2: PPL 2.8M, accuracy 0), and every shot "... about  signs".
     return common | {"output_type": "loglikelihood", "doc_to_text": "{{context}}",
-                     "doc_to_target": "{{continuation}}"}
+                     "doc_to_target": "{{' ' + continuation}}", "target_delimiter": ""}
