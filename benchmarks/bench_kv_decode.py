@@ -3,7 +3,8 @@
 For each stored length L (tokens already streamed): prefill L tokens of real text into every
 cache (chunked), warm up, then time ``--decode`` single-token steps, the caches taking turns
 step by step (so the machine's drift hits all alike); report the median per-token time as
-tokens/s and the bytes each cache holds. Also: each policy's per-token overhead against
+tokens/s and the bytes each cache holds. Also: H2O's step time over sinks' at the same budget and
+positions (rolling, and original: no re-rotation), each policy's per-token overhead against
 transformers' own DynamicCache (plain SDPA) at the same stored length, and StreamingLLM's
 comparison, sinks vs the sliding window with re-computation at the same window.
 
@@ -110,6 +111,8 @@ def run(args):
         dyn: lambda: DynamicCache(config=model.config),
         full: lambda: PolicyCache(model, make_policy("full"), "rolling"),
         f"sinks 4+{b - 4}": lambda: PolicyCache(model, make_policy("sinks", budget=b, n_sink=4), "rolling"),
+        f"sinks 4+{b - 4}, original positions": lambda: PolicyCache(model, make_policy("sinks", budget=b, n_sink=4),
+                                                                    "original"),
         f"h2o {b // 2}+{b // 2}": lambda: PolicyCache(model, make_policy("h2o", budget=b), "rolling"),
         f"h2o {b // 2}+{b // 2}, original positions": lambda: PolicyCache(model, make_policy("h2o", budget=b),
                                                                            "original"),
@@ -137,6 +140,14 @@ def run(args):
         base = res[dyn, b]
         print(f"overhead vs DynamicCache at {b} stored: " + ", ".join(
             f"{n} {res[n, b] / base - 1:+.1%}" for n in configs if n != dyn))
+    # H2O's per-step cost over sinks at the same budget and positions: its accumulated scores (eager attention
+    # with the probabilities) and, with rolling positions, re-rotating the keys older than a mid-cache eviction
+    sinks_r, sinks_o = f"sinks 4+{b - 4}", f"sinks 4+{b - 4}, original positions"
+    pairs = [(f"h2o {b // 2}+{b // 2}", sinks_r, "rolling"), (f"sinks+h2o 4+{b // 2 - 4}+{b // 2}", sinks_r, "rolling"),
+             (f"h2o {b // 2}+{b // 2}, original positions", sinks_o, "original")]
+    for L in lengths:
+        print(f"h2o's step over sinks' at {L}: " + ", ".join(
+            f"{h} {res[h, L] / res[s, L] - 1:+.1%} ({pos} positions)" for h, s, pos in pairs))
     # the floor: what one decode step costs with (almost) nothing cached -- the model's weights alone
     floor = decode_interleaved(model, ids, 16, {dyn: prefill(model, ids, 16, configs[dyn])}, args.decode,
                                args.device)[dyn]

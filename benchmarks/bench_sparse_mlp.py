@@ -275,17 +275,18 @@ def kernel_table(rows: list[dict]) -> str:
 
 
 def e2e_table(t: dict[str, float], batch: int) -> str:
-    """Tokens/s, speed-up over dense and, for the sparse rows, the share of the Amdahl ceiling at that keep
-    (ceiling time = no-MLP time + keep x the MLP's share of dense time)."""
+    """Tokens/s, speed-up s over dense and, for the sparse rows, the Amdahl ceiling c at that keep (ceiling
+    time = no-MLP time + keep x the MLP's share of dense time) and the share of the available gain,
+    (s - 1)/(c - 1): 0% is dense, 100% the ceiling, below 0 slower than dense."""
     dense, skip = t["dense (transformers)"], t["MLP skipped (ceiling)"]
-    lines = ["| decode | ms / step | tokens/s | vs dense | Amdahl ceiling at this keep | share of ceiling |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| decode | ms / step | tokens/s | vs dense | Amdahl ceiling at this keep | share of the available gain, "
+             "(s − 1)/(c − 1) |", "|---|---|---|---|---|---|"]
     for name, s in t.items():
         found = re.search(r"keep (\d+)%", name)
         keep = int(found.group(1)) / 100 if found else None
         ceil = dense / (skip + keep * (dense - skip)) if keep else None
         lines.append(f"| {name} | {s * 1e3:.2f} | {batch / s:.1f} | {dense / s:.2f}x | "
-                     + (f"{ceil:.2f}x | {(dense / s) / ceil:.0%} |" if ceil else "| |"))
+                     + (f"{ceil:.2f}x | {(dense / s - 1) / (ceil - 1):.0%} |" if ceil else "| |"))
     return "\n".join(lines)
 
 

@@ -53,7 +53,7 @@ def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config == {"experiment": "stream", "model": str(model), "text": str(text), "tokens": 40, "policy": "window",
                       "budget": 8, "n_sink": 4, "recent": None, "positions": "rolling", "chunk": 1,
-                      "recompute": False, "dense": False, "device": "cpu"}
+                      "recompute": False, "dense": False, "quant": "", "device": "cpu"}
     m = json.loads((out / "metrics.json").read_text())
     assert m["experiment"] == "stream" and m["claims"] == [] and m["claim_counts"]["holds"] == 0
     assert m["command"].startswith("attnlab stream --model") and list(m["runs"]) == ["window(budget=8)"]

@@ -141,6 +141,32 @@ def test_gather_equals_mask_for_every_rule(tiny_models, name, rule_name, gather_
     assert outs["gather kept"] == outs["cached kept"] == outs["mask kept"] < 1
 
 
+@pytest.mark.parametrize("name", ARCHS)
+@pytest.mark.parametrize("rule_name", RULES.names())
+def test_batch_one_decode_without_a_record_gathers_what_the_mask_keeps_for_every_rule(tiny_models, name, rule_name,
+                                                                                     gather_path):
+    # no record at batch 1: the path decode takes (a rule that names its indices -- predicted -- builds no mask)
+    model, ids = tiny_models[name], _ids(1, 6)
+    rule = _rules(model, _ids(4, 16, seed=2), 0.5)[rule_name]
+    masked = _decode(model, ids, 4, lambda: SparseMLP(model, rule, mode="mask"))
+    gathered = _decode(model, ids, 4, lambda: SparseMLP(model, rule, mode="gather"))
+    for m, g in zip(masked, gathered):
+        torch.testing.assert_close(g, m, rtol=1e-5, atol=1e-5)
+
+
+def test_predicted_indices_are_the_units_its_mask_keeps(tiny_models):
+    model = tiny_models["llama"]
+    rule = _rules(model, _ids(4, 16, seed=2), 0.5)["predicted"]
+    x0, x1 = torch.randn(2, 1, arch.dims(model).d_model, generator=torch.Generator().manual_seed(4))
+    for layer, x in ((0, x0), (1, x1)):
+        seen = lambda: rule.mask(x0, 0) if layer else None  # noqa: E731  layer 1 reads layer 0's input (lookahead)
+        seen()
+        mask = rule.mask(x, layer)
+        seen()
+        idx = rule.indices(x, layer)
+        assert torch.equal(idx.sort().values, mask[0].nonzero().squeeze(1))
+
+
 class _Projected:
     """A rule of the kind a Deja Vu predictor is: a neuron mask decided from x alone (here a fixed random
     projection's top quarter), no ``check`` method."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from attnlab.accuracy.tasks import TASKS
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
+from attnlab.quant.options import check_quant, quant_option
 from attnlab.sparsity.registry import RULES
 
 
@@ -49,6 +50,7 @@ class EvalRun:
                              metavar="DIR")
     rope: str = option("", "RoPE scaling applied while answering: {choices} (default: none)", choices=_scalings)
     rope_factor: float = option(2.0, "--rope's factor (trained window x factor)")
+    quant: str = quant_option()
 
     def __post_init__(self):
         for name in self.tasks:
@@ -70,6 +72,7 @@ class EvalRun:
 
             RULES.get(self.sparsity)
             keep_count(1, self.keep)
+        check_quant(self.quant)
         if self.rope:
             from attnlab.rope.scalings import make_scaling
 
@@ -82,7 +85,7 @@ class EvalRun:
 
     def method(self) -> str:
         """The methods applied, as a table's row name (``dense`` when none)."""
-        parts = []
+        parts = [self.quant] if self.quant else []
         if self.policy:
             b = f"{self.budget:g}" if isinstance(self.budget, float) else str(self.budget)
             parts.append(f"{self.policy} {float(self.budget):.0%}" if isinstance(self.budget, float) and self.budget < 1

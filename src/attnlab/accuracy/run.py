@@ -53,8 +53,13 @@ def request_count(cfg: EvalRun) -> int:
 
 @contextlib.contextmanager
 def methods(cfg: EvalRun, model, tok, device: str, progress):
-    """The MLP and RoPE methods of ``cfg`` entered on ``model`` (restored on exit); the KV policy is the LM's."""
+    """The weight, MLP and RoPE methods of ``cfg`` entered on ``model`` (restored on exit); the KV policy is the
+    LM's."""
     with contextlib.ExitStack() as stack:
+        if cfg.quant:  # first: SparseMLP inside it gathers the int8 rows
+            from attnlab.quant.transform import QuantizedWeights
+
+            stack.enter_context(QuantizedWeights(model, cfg.quant))
         if cfg.sparsity:
             from attnlab.sparsity.mlp import SparseMLP
 

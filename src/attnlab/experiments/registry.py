@@ -31,6 +31,7 @@ PARTS = (
     ("attnlab.recall", "what eviction forgets"),
     ("attnlab.rope", "RoPE scaling"),
     ("attnlab.sparsity", "contextual sparsity"),
+    ("attnlab.quant", "weight quantization"),
     ("attnlab.accuracy", "downstream accuracy"),
 )
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
+from attnlab.quant.options import check_quant, quant_option
 
 
 def _policy_names() -> list[str]:
@@ -30,6 +31,7 @@ class StreamRun:
     recompute: bool = option(False, "also run the sliding window with re-computation at the same budget "
                              "(slow: O(T x budget))")
     dense: bool = option(True, "skip the dense baseline")
+    quant: str = quant_option()
 
     def __post_init__(self):
         if self.tokens < 2:
@@ -37,6 +39,7 @@ class StreamRun:
         if self.chunk < 1:
             raise UsageError(f"--chunk {self.chunk}: feed at least 1 token per forward")
         self.make_policy()  # an unknown policy or impossible budget: refused before any work
+        check_quant(self.quant)
 
     def make_policy(self):
         from attnlab.kv.policies import make_policy

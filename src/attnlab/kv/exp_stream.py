@@ -18,24 +18,26 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
     from attnlab.kv.cache import PolicyCache, check_sink_slot
     from attnlab.kv.plots import stream_figure
     from attnlab.kv.policies import make_policy
+    from attnlab.quant.transform import quantized
 
     policy = cfg.make_policy()
     model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx.device, fix="--text PATH")
     check_sink_slot(model, policy)
     cache = PolicyCache(model, policy, cfg.positions)  # refuses rolling on learned positions, before any work
     runs = {}
-    with ctx.progress(len(ids) - 1, policy.describe()) as bar:
-        runs[policy.describe()] = stream_nll(model, ids, cache, cfg.chunk, bar)
-    if cfg.dense:
-        with ctx.progress(len(ids) - 1, "dense") as bar:
-            runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), 256, bar)
-    if cfg.recompute and isinstance(policy.budget, int):
-        with ctx.progress(len(ids) - 1, "recompute") as bar:
-            runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
+    with quantized(model, cfg.quant):  # every cache below runs on the same (quantized or float) weights
+        with ctx.progress(len(ids) - 1, policy.describe()) as bar:
+            runs[policy.describe()] = stream_nll(model, ids, cache, cfg.chunk, bar)
+        if cfg.dense:
+            with ctx.progress(len(ids) - 1, "dense") as bar:
+                runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), 256, bar)
+        if cfg.recompute and isinstance(policy.budget, int):
+            with ctx.progress(len(ids) - 1, "recompute") as bar:
+                runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
     (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
-               "positions": cfg.positions, "chunk": cfg.chunk,
+               "positions": cfg.positions, "chunk": cfg.chunk, "quant": cfg.quant or None,
                "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
                             "kv_bytes_final": r.kv_bytes[-1][1] if r.kv_bytes else None,
                             "kv_bytes_max": max(v for _, v in r.kv_bytes) if r.kv_bytes else None}

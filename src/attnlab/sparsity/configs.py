@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
+from attnlab.quant.options import check_quant, quant_option
 from attnlab.sparsity.registry import RULES, rule_names
 
 CALIBRATED = ", ".join(rule_names(("calibration",)))  # the rules built from a calibration text
@@ -43,11 +44,13 @@ class SparsityRun:
                                    "layer i-1's (lookahead): {choices}", choices=_sources)
     predictor_rank: int | None = option(None, f"--rule {PREDICTED}, beside the model: the predictors' rank r, where "
                                         "several are saved", metavar="R")
+    quant: str = quant_option()
 
     def __post_init__(self):
         from attnlab.sparsity.rules import keep_count
 
         kind = RULES.get(self.rule)  # an unknown rule: did you mean
+        check_quant(self.quant)
         keep_count(1, self.keep)
         if kind.reads != "predictors" and (self.predictors or self.predictor_rank is not None):
             raise UsageError(f"--predictors and --predictor-rank are for --rule {PREDICTED}")

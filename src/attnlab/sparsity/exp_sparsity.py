@@ -22,16 +22,28 @@ def _rule(cfg: SparsityRun, model, calib, ctx):
           SparsityRun, demo=False)
 def run_sparsity(cfg: SparsityRun, ctx) -> Result:
     """Dense vs sparse perplexity, the sparse run's per-layer profile, cosine, token overlap (and speed)."""
-    from attnlab.models import arch
-    from attnlab.sparsity.measure import load_texts, sparse_perplexity
-    from attnlab.sparsity.plots import layer_figure
-    from attnlab.sparsity.similarity import dense_stats
+    from attnlab.quant.transform import quantized
+    from attnlab.sparsity.measure import load_texts
     from attnlab.sparsity.summary import result_lines
 
     kind = RULES.get(cfg.rule)
     calibration = (cfg.calibration,) if kind.reads == "calibration" else ()
     model, ids, calib = load_texts(cfg.model, cfg.text, cfg.tokens, calibration, cfg.calibration_tokens,
                                    ctx.device, "--text PATH", "--calibration PATH")
+    with quantized(model, cfg.quant):  # the rule is calibrated on, and measures, the weights the model reads
+        metrics = _measure(cfg, ctx, model, ids, calib)
+    summary = "\n".join(f"- {line}" for line in result_lines(metrics))
+    return Result([], metrics, {"sparsity.png": f"Per layer: neurons {cfg.rule} kept and the share of |h| mass "
+                                "they carry; cosine of the residual stream across the layer; share of a token's "
+                                f"oracle set (top {cfg.keep:g} of |h|) that the next token reuses."}, summary)
+
+
+def _measure(cfg: SparsityRun, ctx, model, ids, calib) -> dict:
+    from attnlab.models import arch
+    from attnlab.sparsity.measure import sparse_perplexity
+    from attnlab.sparsity.plots import layer_figure
+    from attnlab.sparsity.similarity import dense_stats
+
     rule = _rule(cfg, model, calib, ctx)  # saved predictors that do not fit: refused before the dense pass
     with ctx.progress(ids.numel(), "dense, cosine, overlap") as bar:
         dense, cos, overlaps = dense_stats(model, ids, (cfg.keep,), cfg.window, bar)
@@ -40,8 +52,8 @@ def run_sparsity(cfg: SparsityRun, ctx) -> Result:
         sparse, profile = sparse_perplexity(model, ids, rule, cfg.window, cfg.heads_keep, bar)
     layer_figure(ctx, {cfg.rule: profile}, cfg.keep, cos.layer.tolist(), overlap.tolist(), "sparsity.png")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
-               "rule": cfg.rule, "keep": cfg.keep, "heads_keep": cfg.heads_keep, "dense_ppl": dense,
-               "sparse_ppl": sparse, "ppl_increase": sparse / dense - 1, "profile": profile,
+               "rule": cfg.rule, "keep": cfg.keep, "heads_keep": cfg.heads_keep, "quant": cfg.quant or None,
+               "dense_ppl": dense, "sparse_ppl": sparse, "ppl_increase": sparse / dense - 1, "profile": profile,
                "cosine_per_layer": cos.layer.tolist(), "overlap_per_layer": overlap.tolist()}
     if cfg.speed:
         from attnlab.sparsity.speed import decode_speed
@@ -49,9 +61,6 @@ def run_sparsity(cfg: SparsityRun, ctx) -> Result:
         with ctx.progress(2, "decode speed") as bar:
             metrics["decode"] = decode_speed(model, ids[:cfg.window], rule, cfg.speed_steps)
             bar.update(2)
-    if kind.reads == "predictors":
+    if RULES.get(cfg.rule).reads == "predictors":
         metrics["predictors"] = rule.report(arch.mlp(model, 0).gate_proj is not None)
-    summary = "\n".join(f"- {line}" for line in result_lines(metrics))
-    return Result([], metrics, {"sparsity.png": f"Per layer: neurons {cfg.rule} kept and the share of |h| mass "
-                                "they carry; cosine of the residual stream across the layer; share of a token's "
-                                f"oracle set (top {cfg.keep:g} of |h|) that the next token reuses."}, summary)
+    return metrics

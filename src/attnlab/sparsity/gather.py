@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.core import int8
 from attnlab.models import arch
 
 
@@ -45,10 +46,14 @@ class Scratch:
 
     def rows(self, w: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """w[index] (u, k), copied into the buffer (valid until the next call)."""
-        buf, need = self.buf, index.numel() * w.shape[1]
+        return torch.index_select(w.detach(), 0, index, out=self.take(w, index.numel()))
+
+    def take(self, w: torch.Tensor, u: int) -> torch.Tensor:
+        """A (u, k) view of the buffer for u of w's rows, in w's dtype (valid until the next call)."""
+        buf, need = self.buf, u * w.shape[1]
         if buf is None or buf.numel() < need or buf.dtype != w.dtype or buf.device != w.device:
             self.buf = buf = w.new_empty(max(w.numel(), need))  # the whole weight: never regrown for it
-        return torch.index_select(w.detach(), 0, index, out=buf[:need].view(index.numel(), w.shape[1]))
+        return buf[:need].view(u, w.shape[1])
 
 
 def _gather(w: torch.Tensor, rows: torch.Tensor, scratch: Scratch | None) -> torch.Tensor:
@@ -56,29 +61,42 @@ def _gather(w: torch.Tensor, rows: torch.Tensor, scratch: Scratch | None) -> tor
 
 
 def rows_linear(x: torch.Tensor, proj: nn.Module, rows: torch.Tensor, scratch: Scratch | None = None) -> torch.Tensor:
-    """x (N, d) -> (N, u): only the output units ``rows`` (u,) of projection ``proj``."""
+    """x (N, d) -> (N, u): only the output units ``rows`` (u,) of projection ``proj`` (its int8 rows and their
+    scales where it is quantized: a quarter of the bytes per kept neuron)."""
     bias = proj.bias.index_select(0, rows) if proj.bias is not None else None
+    w8 = int8.of(proj)
+    if w8 is not None:
+        return int8.linear(x, int8.gather_rows(w8, rows, scratch.take(w8.q, rows.numel()) if scratch else None), bias)
     return F.linear(x, _gather(arch.weight(proj), rows, scratch), bias)  # W[rows] (u, d)
 
 
-def rows_matmul(v_u: torch.Tensor, w_t: torch.Tensor, rows: torch.Tensor, bias,
-                scratch: Scratch | None = None) -> torch.Tensor:
+def transposed(proj: nn.Module):
+    """The projection read by input units: its weight transposed (in, out) as a contiguous copy, or, where it
+    is quantized, an ``int8.Int8Columns`` (the int8 copy transposed; the scales stay per output unit)."""
+    w8 = int8.of(proj)
+    return arch.weight(proj).detach().T.contiguous() if w8 is None else int8.Int8Columns.of(w8)
+
+
+def rows_matmul(v_u: torch.Tensor, w_t, rows: torch.Tensor, bias, scratch: Scratch | None = None) -> torch.Tensor:
     """v_u (N, u) @ W_t[rows] (u, o) + bias: only the rows of the transposed weight for units ``rows``.
     One row (batch-1 decode): ``embedding_bag`` sums the rows in place, weighted by v (PowerInfer's axpy),
-    without copying them; for more rows one copy serves a GEMM, faster than N passes over the rows."""
-    if v_u.shape[0] == 1:
+    without copying them; for more rows one copy serves a GEMM, faster than N passes over the rows.
+    An int8 ``w_t`` (``int8.Int8Columns``): its int8 rows, transposed into one small copy for the kernel."""
+    if isinstance(w_t, int8.Int8Columns):
+        out = w_t.rows_product(v_u, rows)  # (N, o)
+    elif v_u.shape[0] == 1:
         out = F.embedding_bag(rows[None], w_t, per_sample_weights=v_u, mode="sum")  # (1, o)
     else:
         out = v_u @ _gather(w_t, rows, scratch)  # (N, o)
     return out if bias is None else out + bias
 
 
-def input_sparse(v: torch.Tensor, mask: torch.Tensor | None, w_t: torch.Tensor, bias,
+def input_sparse(v: torch.Tensor, mask: torch.Tensor | None, w_t, bias,
                  scratch: Scratch | None = None) -> torch.Tensor:
     """v (N, m) @ W_t (m, o) + bias reading only the rows of W_t for input units some row keeps
     (each row's own dropped units zeroed first): TEAL's input channels and its h entering down_proj."""
     if mask is None:
-        return F.linear(v, w_t.T, bias)
+        return w_t.dense(v, bias) if isinstance(w_t, int8.Int8Columns) else F.linear(v, w_t.T, bias)
     rows = union(mask)  # (u,)
     return rows_matmul((v * mask).index_select(1, rows), w_t, rows, bias, scratch)
 

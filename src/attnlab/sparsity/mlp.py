@@ -31,6 +31,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from attnlab.core import int8
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
 from attnlab.sparsity.gather import Scratch
@@ -92,7 +93,9 @@ class SparseMLP:
                 rule.check(i, arch.weight(m.out_proj).shape[1])
             if self.flat and float(m.act_fn(torch.zeros(1)).abs()) != 0:
                 raise UsageError(f"layer {i}'s activation is not 0 at 0, which the inline-MLP path relies on")
-        self._replaced: list[nn.Module] = []
+        if mode == "cached" and any(int8.of(p) is not None for m in self.mlps.values() for p in m[1:4]):
+            raise UsageError("the active-set cache (mode cached) holds float rows: on int8 weights use mode gather")
+        self._replaced: list[tuple[nn.Module, object]] = []
 
     def __enter__(self) -> "SparseMLP":
         try:
@@ -120,13 +123,17 @@ class SparseMLP:
         return GatherLayer(*args, dense_above=DENSE_ABOVE)  # read on enter: a test may set it
 
     def __exit__(self, *exc) -> None:
-        for module in self._replaced:
-            del module.forward  # the class forward comes back
+        for module, before in reversed(self._replaced):
+            if before is None:
+                del module.forward  # the class forward comes back
+            else:
+                module.forward = before  # an int8 projection's forward (QuantizedWeights outside this)
         self._replaced = []
 
     def _replace(self, module: nn.Module, forward, i: int) -> None:
-        if "forward" in module.__dict__:
+        before = module.__dict__.get("forward")
+        if before is not None and not isinstance(before, int8.Int8Forward):
             raise UsageError(f"layer {i}'s MLP already has its forward replaced (another SparseMLP on it, or an "
                              "accelerate hook): use one SparseMLP per layer")
         module.forward = forward
-        self._replaced.append(module)
+        self._replaced.append((module, before))

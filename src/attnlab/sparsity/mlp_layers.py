@@ -18,14 +18,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.core import int8
 from attnlab.models import arch
-from attnlab.sparsity.gather import ActiveSet, Scratch, input_sparse, rows_linear, rows_matmul, union
+from attnlab.sparsity.gather import ActiveSet, Scratch, input_sparse, rows_linear, rows_matmul, transposed, union
 from attnlab.sparsity.rules import Rule
 
 
 def _linear(proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The projection's dense product, from its weight (never through a forward SparseMLP replaced)."""
-    return F.linear(x, arch.weight(proj), proj.bias)
+    """The projection's dense product, from its weight (never through a forward SparseMLP replaced): its int8
+    weight where it is quantized."""
+    w8 = int8.of(proj)
+    return F.linear(x, arch.weight(proj), proj.bias) if w8 is None else int8.linear(x, w8, proj.bias)
 
 
 class SparseLayer:
@@ -57,7 +60,7 @@ class SparseLayer:
 
     # calls the projection's own forward: the module (hooks fire) unless fc1 is the overridden one
     def _proj(self, proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return type(proj).forward(proj, x) if self.flat and proj is self.mlp.in_proj else proj(x)
+        return _linear(proj, x) if self.flat and proj is self.mlp.in_proj else proj(x)
 
     def _note(self, what: str, mask, values) -> None:
         if self.record is not None and mask is not None:
@@ -124,12 +127,12 @@ class GatherLayer(SparseLayer):
                  dense_above: float):
         super().__init__(mlp, layer, rule, record, flat, scratch)
         self.dense_above = dense_above  # a step whose union holds more of the neurons is computed densely
-        # (d_ff, d): neuron j's output column of W_down as a contiguous row (a copy, once)
-        self.down_t = arch.weight(mlp.out_proj).detach().T.contiguous()
+        # (d_ff, d): neuron j's output column of W_down as a contiguous row (a copy, once; int8 where quantized)
+        self.down_t = transposed(mlp.out_proj)
         self.gate_t = self.in_t = None
         if rule.needs == "x":  # (d, d_ff): input channel i's column of W_gate / W_in as a row
-            self.in_t = arch.weight(mlp.in_proj).detach().T.contiguous()
-            self.gate_t = arch.weight(mlp.gate_proj).detach().T.contiguous() if self.gated else None
+            self.in_t = transposed(mlp.in_proj)
+            self.gate_t = transposed(mlp.gate_proj) if self.gated else None
 
     def front(self, x: torch.Tensor):
         shape = x.shape
@@ -137,15 +140,19 @@ class GatherLayer(SparseLayer):
         if self.rule.needs == "x":
             return self._front_channels(x, shape)
         needs = self.rule.needs
-        mask, a = self._neuron_mask(x)  # (N, d_ff)
-        # Batch > 1 (and prefill): one row set per step, the union of the rows' sets, each row's own
-        # dropped neurons zeroed. One gather then serves every row as a GEMM (Deja Vu takes the union
-        # too); per-row sets would copy B x k rows and run B GEMVs, and the zeroing keeps each row
-        # equal to its own masked computation.
-        rows = union(mask)  # (u,)
-        if rows.numel() > self.dense_above * self.n:
-            return self._dense_masked(x, a, mask), ("dense", None, shape)
-        kept = mask.index_select(1, rows) if x.shape[0] > 1 else None  # (N, u)
+        if x.shape[0] == 1 and self.record is None and hasattr(self.rule, "indices"):
+            # one token (decode): the rule names its kept neurons itself -- no mask built and read back
+            rows, a, kept = self.rule.indices(x, self.layer), None, None  # (k,)
+        else:
+            mask, a = self._neuron_mask(x)  # (N, d_ff)
+            # Batch > 1 (and prefill): one row set per step, the union of the rows' sets, each row's own
+            # dropped neurons zeroed. One gather then serves every row as a GEMM (Deja Vu takes the union
+            # too); per-row sets would copy B x k rows and run B GEMVs, and the zeroing keeps each row
+            # equal to its own masked computation.
+            rows = union(mask)  # (u,)
+            if rows.numel() > self.dense_above * self.n:
+                return self._dense_masked(x, a, mask), ("dense", None, shape)
+            kept = mask.index_select(1, rows) if x.shape[0] > 1 else None  # (N, u)
         pre_u = rows_linear(x, self.mlp.in_proj, rows, self.scratch)  # (N, u)
         if not self.gated:
             h_u = self.mlp.act_fn(pre_u)

@@ -55,8 +55,8 @@ class Predicted:
         return {"source": SOURCES[1] if self.lookahead is not None else SOURCES[0],
                 "folders": [str(f) for f in self.folders], "r": used.meta.r, **used.cost(gated)}
 
-    def mask(self, values: torch.Tensor, layer: int) -> torch.Tensor:
-        """x_i (..., d) -> bool (..., n)."""
+    def _logits(self, values: torch.Tensor, layer: int) -> torch.Tensor:
+        """x_i (..., d) -> the predictor's logits (..., n): from x_i (own) or the x_{i-1} seen last (lookahead)."""
         p, x = self._which(layer), values
         if p is self.lookahead:
             prev = self._last
@@ -65,7 +65,17 @@ class Predicted:
                                  "same tokens: run both layers under this SparseMLP")
             x = prev[1]
         self._last = (layer, values)
-        return topk_mask(p.logits(x, layer), self.keep)
+        return p.logits(x, layer)
+
+    def mask(self, values: torch.Tensor, layer: int) -> torch.Tensor:
+        """x_i (..., d) -> bool (..., n)."""
+        return topk_mask(self._logits(values, layer), self.keep)
+
+    def indices(self, values: torch.Tensor, layer: int) -> torch.Tensor:
+        """x_i (1, d), one token -> (k,) long: its kept units straight from topk, in no particular order (the
+        gather path's chooser: no mask to build and read back)."""
+        logits = self._logits(values, layer)  # (1, n)
+        return logits.topk(keep_count(logits.shape[-1], self.keep)).indices.view(-1)
 
 
 class PredictedHeads:

@@ -83,6 +83,8 @@ class Predictors(nn.Module):
         self.w2 = nn.Parameter(torch.randn(p, r, n, generator=g) / r ** 0.5)
         self.b2 = nn.Parameter(torch.zeros(p, n))
         self.slot = {layer: j for j, layer in enumerate(meta.layers)}
+        # per layer its (w1, w2, b2) as views, made once: a decode step pays no indexing for them
+        self._views: dict[int, tuple[torch.Tensor, ...]] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (P, N, d) -> logits (P, N, d_ff), one row of inputs per predicted layer."""
@@ -90,10 +92,18 @@ class Predictors(nn.Module):
 
     def logits(self, x: torch.Tensor, layer: int) -> torch.Tensor:
         """x (..., d) -> logits (..., d_ff) of the predictor for ``layer``."""
-        j = self.slot[layer]
-        w1, w2 = self.w1[j].to(x.dtype), self.w2[j].to(x.dtype)
-        z = torch.relu(x.reshape(-1, x.shape[-1]) @ w1)  # (N, r)
-        return torch.addmm(self.b2[j].to(x.dtype), z, w2).view(*x.shape[:-1], -1)  # (..., d_ff)
+        w1, w2, b2 = self._layer(layer, x)
+        z = torch.mm(x.reshape(-1, x.shape[-1]), w1).relu_()  # (N, r)
+        return torch.addmm(b2, z, w2).view(*x.shape[:-1], -1)  # (..., d_ff)
+
+    def _layer(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The predictor of ``layer`` as (w1 (d, r), w2 (r, n), b2 (n,)) in x's dtype and on its device: views of
+        the stacked parameters (training updates them in place), remade only when the dtype or device moves."""
+        views = self._views.get(layer)
+        if views is None or views[0].dtype != x.dtype or views[0].device != x.device:
+            j = self.slot[layer]
+            views = self._views[layer] = tuple(t[j].detach().to(x) for t in (self.w1, self.w2, self.b2))
+        return views
 
     def cost(self, gated: bool = True) -> dict[str, float]:
         """Parameters per layer and multiply-adds per token as a share of the layer's MLP (3 d d_ff gated)."""

@@ -1,0 +1,157 @@
+"""Decode that pays: SmolLM2 tokens/s under int8 weights, alone and composed with sparse MLP and eviction.
+
+Each configuration runs on its own copy of the model with its methods entered once; after each has
+prefilled its prompt, the configurations take turns step by step (so the machine's drift hits all alike)
+and the median step time of each is reported, at batch 1 and batch 8:
+
+- fp32: the float model, transformers' DynamicCache (decode today)
+- int8: ``QuantizedWeights(model, "int8")`` (attnlab.quant)
+- int8 + cats 50% / int8 + predicted 50%: and ``SparseMLP`` in gather mode (the int8 rows of the kept neurons);
+  CATS calibrated on WikiText-2 valid, the Deja Vu predictors saved beside the model (lookahead)
+- int8 + sinks+window: and ``PolicyCache(sinks, budget 1024)`` after a prompt of ``--long`` tokens (8k), beside
+  fp32 and int8 with the full cache at the same length (batch 1 only)
+
+The ceiling: the same step's projections alone -- a chain of GEMVs through every weight the model reads
+per token (int8: the int8 kernel; fp32: F.linear), timed in the same rounds. No step can be faster than its
+int8 chain, so the ceiling of a speed-up over fp32 is c = fp32 step / int8 chain, and each configuration's
+speed-up s is also given as the share of the available gain, (s - 1)/(c - 1).
+
+    python benchmarks/bench_decode.py --out benchmarks/results/bench-decode
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from attnlab.core import int8
+from attnlab.evals.inputs import text_ids
+from attnlab.kv.cache import PolicyCache
+from attnlab.kv.policies import make_policy
+from attnlab.models import arch
+from attnlab.models.pretrained import load_model_and_tokenizer
+from attnlab.quant.transform import QuantizedWeights, projections
+from attnlab.sparsity.mlp import SparseMLP
+from attnlab.sparsity.registry import RULES, RuleInputs
+
+from host import add_out, recorded  # benchmarks/host.py
+
+MODEL = "smollm2"
+
+
+class Run:
+    """One configuration: its own model copy with its methods entered, its cache, its step times."""
+
+    def __init__(self, name: str, build, tok, batch: int, prompt: torch.Tensor, cache=None):
+        self.name, self.times = name, []
+        self.model, _ = load_model_and_tokenizer(MODEL)
+        self.stack = contextlib.ExitStack()
+        build(self.model, self.stack, tok)
+        self.cache = cache(self.model) if cache else DynamicCache(config=self.model.config)
+        if isinstance(self.cache, PolicyCache):
+            self.stack.enter_context(self.cache)
+        with torch.no_grad():
+            for s in range(0, prompt.shape[1], 512):  # chunked prefill
+                logits = self.model(prompt[:, s:s + 512], past_key_values=self.cache, use_cache=True).logits
+        self.next = logits[:, -1:].argmax(-1)  # (B, 1)
+
+    @torch.no_grad()
+    def step(self, timed: bool) -> None:
+        t0 = time.perf_counter()
+        logits = self.model(self.next, past_key_values=self.cache, use_cache=True).logits  # (B, 1, V)
+        self.next = logits.argmax(-1)  # the argmax syncs: part of the step, as in any decode
+        if timed:
+            self.times.append(time.perf_counter() - t0)
+
+
+def _int8(model, stack, tok):
+    stack.enter_context(QuantizedWeights(model, "int8"))
+
+
+def _sparse(rule_name: str):
+    def build(model, stack, tok):
+        _int8(model, stack, tok)
+        kind = RULES.get(rule_name)
+        calib = text_ids(tok, "wikitext-2/valid.txt", 2048) if kind.reads == "calibration" else None
+        rule = kind.build(model, RuleInputs(calib, 512, None, MODEL))(0.5)
+        stack.enter_context(SparseMLP(model, rule, mode="gather"))
+    return build
+
+
+def chain(model, quantized: bool, batch: int):
+    """One step's projections alone (x random; the shapes and bytes are the model's): a callable."""
+    projs = projections(model)
+    xs = [torch.randn(batch, arch.weight(p).shape[1]) for p in projs]
+    if quantized:
+        ws = [int8.quantize(arch.weight(p)) for p in projs]
+        return lambda: [int8.linear(x, w) for x, w in zip(xs, ws)]
+    ws = [arch.weight(p).detach() for p in projs]
+    return lambda: [F.linear(x, w) for x, w in zip(xs, ws)]
+
+
+def table(runs: list[Run], chains: dict, steps: int, warmup: int, title: str) -> None:
+    chain_times = {k: [] for k in chains}
+    for s in range(warmup + steps):
+        for r in runs:
+            r.step(s >= warmup)
+        for k, fn in chains.items():
+            t0 = time.perf_counter()
+            fn()
+            if s >= warmup:
+                chain_times[k].append(time.perf_counter() - t0)
+    base = statistics.median(runs[0].times)
+    print(f"\n### {title} ({steps} steps each, turns interleaved, medians)\n")
+    print("| configuration | ms/step | tokens/s | vs fp32 |")
+    print("|---|---:|---:|---:|")
+    for r in runs:
+        t = statistics.median(r.times)
+        print(f"| {r.name} | {t * 1e3:.2f} | {r.next.shape[0] / t:.1f} | {base / t:.2f}x |")
+    chain_med = {k: statistics.median(ts) for k, ts in chain_times.items()}
+    for k, t in chain_med.items():
+        print(f"| ceiling: {k} GEMV chain alone | {t * 1e3:.2f} | {runs[0].next.shape[0] / t:.1f} | {base / t:.2f}x |")
+    if "int8" in chain_med:  # the step can be no faster than reading its int8 weights: c = fp32 step / int8 chain
+        c, floor = base / chain_med["int8"], chain_med["int8"]
+        print()
+        for r in runs[1:]:
+            t = statistics.median(r.times)
+            print(f"{r.name}: {base / t:.2f}x fp32 of a {c:.2f}x ceiling, {(base / t - 1) / (c - 1):.0%} of the "
+                  f"available gain; the weights' reads are {floor / t:.0%} of its step")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=24, help="timed decode steps per configuration")
+    ap.add_argument("--warmup", type=int, default=4, help="untimed steps first")
+    ap.add_argument("--prompt", type=int, default=256, help="prompt tokens (the short-context tables)")
+    ap.add_argument("--long", type=int, default=8192, help="prompt tokens of the eviction table (0: skip it)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    add_out(ap)
+    args = ap.parse_args()
+    _, tok = load_model_and_tokenizer(MODEL)
+    ids = text_ids(tok, "wikitext-2/test.txt", max(args.long, args.prompt * max(args.batch)))
+    configs = [("fp32", lambda m, s, t: None), ("int8", _int8), ("int8 + cats 50%", _sparse("cats")),
+               ("int8 + predicted 50%", _sparse("predicted"))]
+    with recorded(args.out):
+        print(f"# Decode on SmolLM2-135M ({torch.get_num_threads()} threads)")
+        for b in args.batch:
+            prompt = ids[:b * args.prompt].view(b, args.prompt)  # b different stretches of the text
+            runs = [Run(name, build, tok, b, prompt) for name, build in configs]
+            chains = {"fp32": chain(runs[0].model, False, b), "int8": chain(runs[0].model, True, b)}
+            table(runs, chains, args.steps, args.warmup, f"batch {b}, prompt {args.prompt} tokens")
+            del runs, chains
+        if args.long:
+            prompt = ids[None, :args.long]
+            sinks = lambda m: PolicyCache(m, make_policy("sinks", 1024, n_sink=4), "rolling")  # noqa: E731
+            runs = [Run("fp32, full cache", lambda m, s, t: None, tok, 1, prompt),
+                    Run("int8, full cache", _int8, tok, 1, prompt),
+                    Run("int8 + sinks+window 1024", _int8, tok, 1, prompt, cache=sinks)]
+            table(runs, {}, args.steps, args.warmup, f"batch 1 after {args.long} tokens")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Weight-only int8: symmetric per-output-channel quantization and the kernel that reads it.
+
+    w8 = quantize(w)            # w (out, in) float -> Int8Weight(q (out, in) int8, scale (out,) bf16)
+    y = linear(x, w8, bias)     # x (..., in) -> (..., out), ~ F.linear(x, w8.dequantize(), bias)
+
+Why int8 pays on a CPU: decode at batch 1 is weight-read bound, and an int8 weight is a quarter of fp32's
+bytes. The kernel is PyTorch's ``torch._weight_int8pack_mm`` (x (M, K) @ q (N, K)^T * scale) fed bf16
+activations and scales: its bf16 path is the vectorised one; with fp32 activations it takes a slow path
+(``benchmarks/bench_int8.py`` measures both, torchao's int8 weight-only tensor, and the dequantized
+product). The kernel reads K in blocks of 16 and reads past the end when K is not a multiple of 16
+(measured here: a segmentation fault), so :func:`linear` pads such inputs with zeros (and their weights
+once, at quantization). The result is rounded to bf16's 8 mantissa bits: the claims of
+``attnlab reproduce quant-agreement`` say what that costs a real model.
+
+Pure torch (no Hugging Face): the transform that swaps a model's projections is
+:mod:`attnlab.quant.transform`; the sparse MLP gathers int8 rows through :func:`gather_rows`.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+BLOCK = 16  # the kernel's K granularity
+ACT = torch.bfloat16  # the activations and scales the kernel's fast path takes
+
+
+class Int8Weight(NamedTuple):
+    """q (out, k) int8 with k = in padded up to a multiple of BLOCK (zeros); scale (out,) bf16, the kernel's
+    own dtype (converting it every call would cost a small op per projection per step); n_in: in."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+    n_in: int
+
+    def dequantize(self) -> torch.Tensor:
+        """(out, in) float32: the weight the int8 product stands for."""
+        return self.q[:, :self.n_in].float() * self.scale.float()[:, None]
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.numel() * self.q.element_size() + self.scale.numel() * self.scale.element_size()
+
+
+def _pad_to_block(t: torch.Tensor) -> torch.Tensor:
+    """t (..., k) -> (..., k') zero-padded to the next multiple of BLOCK (t itself when k is one)."""
+    extra = -t.shape[-1] % BLOCK
+    return t if extra == 0 else F.pad(t, (0, extra))
+
+
+def quantize(w: torch.Tensor) -> Int8Weight:
+    """w (out, in) float -> its int8 weight: each output channel scaled by max|w_row| / 127 (round to nearest).
+    The scale is rounded *up* to bf16 before q is computed, so q * scale is exactly what the kernel multiplies
+    and no |q| exceeds 127."""
+    w = w.detach().float()
+    scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # (out,) an all-zero row: any scale, q = 0
+    scale = (scale * (1 + 2 ** -7)).to(ACT)  # bf16 keeps 8 significant bits: nearest of this is >= scale
+    q = torch.round(w / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8)  # (out, in)
+    return Int8Weight(_pad_to_block(q).contiguous(), scale.contiguous(), w.shape[1])
+
+
+def matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x (M, k) @ q (N, k)^T * scale (N,) bf16 -> (M, N) in x's dtype; k a multiple of BLOCK (the bf16 path)."""
+    y = torch._weight_int8pack_mm(x.to(ACT).contiguous(), q, scale)  # (M, N) bf16
+    return y.to(x.dtype)
+
+
+def linear(x: torch.Tensor, w: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x (..., in) -> (..., out): F.linear with the int8 weight."""
+    flat = _pad_to_block(x.reshape(-1, x.shape[-1]))  # (M, k)
+    y = matmul(flat, w.q, w.scale).view(*x.shape[:-1], w.q.shape[0])  # (..., out)
+    return y if bias is None else y + bias
+
+
+def gather_rows(w: Int8Weight, rows: torch.Tensor, out: torch.Tensor | None = None) -> Int8Weight:
+    """The int8 weight of output units ``rows`` (u,): q's rows (into ``out``, a (u, k) int8 buffer, if given)."""
+    q = torch.index_select(w.q, 0, rows, out=out) if out is not None else w.q.index_select(0, rows)
+    return Int8Weight(q, w.scale.index_select(0, rows), w.n_in)
+
+
+def columns_t(q_t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """q_t (in, out) int8, a transposed copy of a weight's q -> q[:, rows] as (out, u') contiguous, zero-padded
+    to u' a multiple of BLOCK: the input units ``rows`` of the weight, read as contiguous rows of q_t (a kept
+    neuron's column of W_down costs its own bytes, not a strided pass over every row)."""
+    picked = q_t.index_select(0, rows)  # (u, out) int8
+    return _pad_to_block(picked.T).contiguous()  # (out, u')
+
+
+class Int8Columns(NamedTuple):
+    """A weight read by input units: ``w`` its Int8Weight and ``q_t`` (in, out) int8, a transposed copy of w.q made
+    once, so that input unit j's column is a contiguous row (W_down's kept neurons; TEAL's kept channels)."""
+
+    w: Int8Weight
+    q_t: torch.Tensor
+
+    @classmethod
+    def of(cls, w: Int8Weight) -> "Int8Columns":
+        return cls(w, w.q[:, :w.n_in].T.contiguous())  # (in, out)
+
+    def dense(self, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """v (N, in) -> (N, out): the whole product."""
+        return linear(v, self.w, bias)
+
+    def rows_product(self, v_u: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """v_u (N, u) holding input units ``rows`` (u,) -> (N, out): only those units' columns read."""
+        return matmul(_pad_to_block(v_u), columns_t(self.q_t, rows), self.w.scale)
+
+
+ATTR = "attnlab_quantized"  # where a quantized projection keeps its weight (attnlab.quant.transform sets it)
+
+
+def of(module) -> Int8Weight | None:
+    """A projection's int8 weight while it is quantized to int8, else None."""
+    w = getattr(module, ATTR, None)
+    return w if isinstance(w, Int8Weight) else None
+
+
+class Int8Forward:
+    """A projection's forward on its int8 weight (the transform installs it as the module's forward)."""
+
+    def __init__(self, w: Int8Weight, bias: torch.Tensor | None):
+        self.w, self.bias = w, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.w, self.bias)

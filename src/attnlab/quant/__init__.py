@@ -1,0 +1,1 @@
+"""Weight quantization as a reversible transform: ``with QuantizedWeights(model, "int8"):`` (see transform)."""

@@ -1,0 +1,84 @@
+"""``quant-agreement``: does int8 keep the model? Top-1 agreement with the float model and perplexity.
+
+A real model's next-token predictions over a text, in windows of ``window`` tokens (each its own forward
+from position 0), once with its float weights and once inside ``QuantizedWeights``: the share of positions
+whose argmax agrees, and the perplexity of each. The claims' thresholds are the issue's, fixed before the
+first run: agreement >= 99% of positions, perplexity within 1%.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.core.errors import ConfigError
+from attnlab.experiments.claims import check, finding
+from attnlab.experiments.registry import Result, register
+from attnlab.quant.schemes import SCHEMES
+
+
+@dataclass(frozen=True)
+class QuantAgreement:
+    model: str = "smollm2"
+    text: str = "wikitext-2/test.txt"
+    tokens: int = 16384
+    window: int = 512
+    scheme: str = "int8"
+    # claim thresholds, fixed before the first run (issue 34)
+    agreement: float = 0.99  # top-1 agreement with the float model, share of scored positions, at least
+    ppl_tol: float = 0.01  # |PPL_quant / PPL_float - 1| at most
+
+    def __post_init__(self):
+        SCHEMES.get(self.scheme)  # an unknown scheme: did you mean
+        if self.window < 2 or self.tokens < self.window:
+            raise ConfigError(f"tokens={self.tokens}, window={self.window}: need tokens >= window >= 2")
+
+
+@torch.no_grad()
+def predictions(model, ids: torch.Tensor, window: int, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids (T,) -> (argmax (P,), NLL (P,) float64) at every position but each window's first, windows of
+    ``window`` tokens from position 0 each."""
+    device = next(model.parameters()).device
+    tops, nlls = [], []
+    for start in range(0, ids.numel() - 1, window):
+        win = ids[start:start + window].to(device)  # (w,)
+        logits = model(win[None], use_cache=False).logits[0, :-1].float()  # (w-1, V)
+        tops.append(logits.argmax(-1).cpu())
+        nlls.append(-F.log_softmax(logits, -1).gather(-1, win[1:, None])[:, 0].double().cpu())
+        if progress is not None:
+            progress.update(win.numel())
+    return torch.cat(tops), torch.cat(nlls)
+
+
+@register("quant-agreement", "int8 weights vs float: top-1 agreement and perplexity on real text",
+          QuantAgreement, quick={"tokens": 1024})
+def run_agreement(cfg: QuantAgreement, ctx) -> Result:
+    from attnlab.evals.inputs import load_model, text_ids
+    from attnlab.quant.transform import QuantizedWeights
+
+    model, tok = load_model(cfg.model, ctx.device)
+    ids = text_ids(tok, cfg.text, cfg.tokens)
+    with ctx.progress(ids.numel(), "float") as bar:
+        top_f, nll_f = predictions(model, ids, cfg.window, bar)
+    with QuantizedWeights(model, cfg.scheme) as q, ctx.progress(ids.numel(), cfg.scheme) as bar:
+        top_q, nll_q = predictions(model, ids, cfg.window, bar)
+        float_bytes, quant_bytes = q.nbytes()
+    agree = float((top_f == top_q).double().mean())
+    ppl_f, ppl_q = math.exp(float(nll_f.mean())), math.exp(float(nll_q.mean()))
+    claims = [
+        check(f"{cfg.scheme} top-1 agrees with float at >= {cfg.agreement:.0%} of positions ({agree:.4f})",
+              agree, cfg.agreement, 0.0, "at_least"),
+        check(f"{cfg.scheme} perplexity within {cfg.ppl_tol:.0%} of float ({ppl_q:.3f} vs {ppl_f:.3f})",
+              ppl_q / ppl_f - 1, 0.0, cfg.ppl_tol, "abs"),
+        finding(f"projection weights read per token: {cfg.scheme} bytes / float bytes", quant_bytes / float_bytes),
+    ]
+    metrics = {"model": cfg.model, "text": cfg.text, "positions": int(top_f.numel()), "scheme": cfg.scheme,
+               "top1_agreement": agree, "ppl_float": ppl_f, "ppl_quant": ppl_q, "ppl_ratio": ppl_q / ppl_f,
+               "float_bytes": float_bytes, "quant_bytes": quant_bytes,
+               "nll_mean_abs_diff": float((nll_q - nll_f).abs().mean())}
+    summary = (f"{cfg.scheme}: top-1 agreement {agree:.4f} over {top_f.numel()} positions of {cfg.text}; "
+               f"PPL {ppl_q:.3f} vs float {ppl_f:.3f} ({ppl_q / ppl_f - 1:+.2%}); projection bytes "
+               f"{quant_bytes / 1e6:.1f} MB vs {float_bytes / 1e6:.1f} MB.")
+    return Result(claims, metrics, {}, summary)

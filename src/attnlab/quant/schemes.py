@@ -1,0 +1,27 @@
+"""The weight-quantization schemes by name: the one registry ``--quant``'s choices, its validation and the
+tests read. Torch only (no Hugging Face): a scheme turns a weight into what its forward reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from attnlab.core import int8
+from attnlab.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    summary: str  # one line, for --help and the docs
+    bits: int
+    quantize: Callable  # w (out, in) float -> the quantized weight
+    forward: type  # forward(quantized, bias) -> callable x (..., in) -> (..., out)
+
+
+SCHEMES: Registry[Scheme] = Registry("weight quantization", "choose int8 (weight-only, per output channel)")
+SCHEMES.add("int8", Scheme("int8", "weight-only int8, one scale per output channel; bf16 activations into "
+                           "PyTorch's int8 kernel", 8, int8.quantize, int8.Int8Forward))
+
+
+def scheme_names() -> list[str]:
+    return SCHEMES.names()

@@ -1,0 +1,78 @@
+"""--quant through the commands, and ``attnlab reproduce quant-agreement``, on a tiny model folder."""
+import json
+
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.quant import schemes
+from attnlab.quant.schemes import SCHEMES, Scheme
+from tiny_models import save_hf
+
+TEXT = "the cat sat on the mat and the dog ran to the cat. " * 40
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "text.txt").write_text(TEXT)
+    return save_hf(tmp_path / "m"), tmp_path / "text.txt"
+
+
+def test_quant_agreement_states_its_claims_and_measures_them(setup, tmp_path):
+    model, text = setup
+    out = tmp_path / "run"
+    assert main(["reproduce", "quant-agreement", "--out", str(out), "--set", f"model={model}",
+                 "--set", f"text={text}", "--set", "tokens=256", "--set", "window=64"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["positions"] == 4 * 63
+    assert 0 <= m["top1_agreement"] <= 1 and m["quant_bytes"] < m["float_bytes"] / 3
+    claims = {c["test"]: c for c in m["claims"] if c["status"] != "finding"}
+    assert claims["at_least"]["expected"] == 0.99 and claims["at_least"]["measured"] == m["top1_agreement"]
+    assert claims["abs"]["tolerance"] == 0.01
+    assert claims["abs"]["measured"] == pytest.approx(m["ppl_quant"] / m["ppl_float"] - 1)
+
+
+def test_stream_runs_every_cache_on_int8_weights(setup, tmp_path):
+    model, text = setup
+    runs = {}
+    for quant in ("", "int8"):
+        out = tmp_path / f"run{quant}"
+        assert main(["stream", "--model", str(model), "--text", str(text), "--tokens", "64", "--policy", "sinks",
+                     "--budget", "16", "--n-sink", "2", "--out", str(out)] + (["--quant", quant] if quant else [])) == 0
+        runs[quant] = json.loads((out / "metrics.json").read_text())
+    assert runs["int8"]["quant"] == "int8" and runs[""]["quant"] is None
+    for name, r in runs["int8"]["runs"].items():  # int8 moved the PPL, a little
+        assert r["ppl"] != runs[""]["runs"][name]["ppl"]
+        assert r["ppl"] == pytest.approx(runs[""]["runs"][name]["ppl"], rel=0.05)
+
+
+@pytest.mark.parametrize("command", ["stream", "sparsity", "eval"])
+def test_an_unknown_scheme_is_one_line_exit_2_before_any_work(setup, tmp_path, capsys, command):
+    out = tmp_path / "run"
+    assert main([command, "--quant", "int3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown weight quantization 'int3': did you mean 'int8'" in err[0]
+    assert not out.exists()
+
+
+def test_a_scheme_registered_in_one_place_reaches_help_validation_and_the_transform(setup, tmp_path, capsys,
+                                                                                      monkeypatch):
+    class Rounded:  # fp16-rounded weights: a scheme no paper proposes, registered only by this test
+        def __init__(self, w, bias):
+            self.w, self.bias = w, bias
+
+        def __call__(self, x):
+            return torch.nn.functional.linear(x, self.w.float(), self.bias)
+
+    monkeypatch.setitem(SCHEMES._items, "fp16-test", Scheme("fp16-test", "a throwaway", 16, lambda w: w.half(),
+                                                            Rounded))
+    with pytest.raises(SystemExit):
+        main(["stream", "--help"])
+    assert "int8, fp16-test" in " ".join(capsys.readouterr().out.split())
+    model, text = setup
+    out = tmp_path / "run"
+    assert main(["stream", "--model", str(model), "--text", str(text), "--tokens", "32", "--policy", "full",
+                 "--quant", "fp16-test", "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["quant"] == "fp16-test"
+    assert schemes.scheme_names()[-1] == "fp16-test"
