@@ -7,16 +7,13 @@ import torch
 from attnlab.cli import main
 from attnlab.quant import schemes
 from attnlab.quant.schemes import SCHEMES, Scheme
-from tiny_models import save_hf
-
-TEXT = "the cat sat on the mat and the dog ran to the cat. " * 40
+from tiny_models import save_hf, texts_and_cache
 
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "text.txt").write_text(TEXT)
-    return save_hf(tmp_path / "m"), tmp_path / "text.txt"
+    text, _ = texts_and_cache(tmp_path, monkeypatch, repeat=40)
+    return save_hf(tmp_path / "m"), text
 
 
 def test_quant_agreement_states_its_claims_and_measures_them(setup, tmp_path):

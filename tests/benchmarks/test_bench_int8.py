@@ -1,0 +1,46 @@
+"""benchmarks/bench_int8.py and bench_decode.py compare equal work: every kernel computes the same product, and
+the decode benchmark's GEMV chain reads every projection the model reads per token."""
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.quant.transform import projections
+from tiny_models import tiny
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_int8
+
+    return bench_int8
+
+
+def test_every_kernel_computes_the_fp32_product_to_its_rounding(bench):
+    g = torch.Generator().manual_seed(0)
+    weights = [torch.randn(o, i, generator=g) / i ** 0.5 for o, i in [(48, 32), (16, 32), (32, 48)]]
+    xs = [torch.randn(2, w.shape[1], generator=g) for w in weights]
+    kernels = bench.kernels(weights, with_torchao=False, compile_too=False)
+    assert {"fp32", "bf16", "int8pack bf16", "int8pack fp32", "dequantize"} <= set(kernels)
+    ref = [F.linear(x, w) for x, w in zip(xs, weights)]
+    for name, (step, nbytes) in kernels.items():
+        for got, want in zip(step(xs), ref):
+            assert got.shape == want.shape
+            # int8 steps are a 254th of each row's range; bf16 keeps 8 significant bits
+            torch.testing.assert_close(got.float(), want, atol=0.06, rtol=0.02, msg=name)
+    assert kernels["int8pack bf16"][1] < kernels["bf16"][1] < kernels["fp32"][1]
+
+
+def test_the_decode_chain_reads_every_projection_once(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_decode
+
+    model = tiny("llama")
+    calls = []
+    monkeypatch.setattr(bench_decode.int8, "linear", lambda x, w: calls.append(w.q.shape) or x)
+    bench_decode.chain(model, True, 1)()
+    assert sorted(calls) == sorted((p.weight.shape[0], p.weight.shape[1]) for p in projections(model))
