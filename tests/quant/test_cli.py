@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.quant import schemes
 from attnlab.quant.schemes import SCHEMES, Scheme
 from tiny_models import save_hf, texts_and_cache
 
@@ -62,8 +61,7 @@ def test_a_scheme_registered_in_one_place_reaches_help_validation_and_the_transf
         def __call__(self, x):
             return torch.nn.functional.linear(x, self.w.float(), self.bias)
 
-    monkeypatch.setitem(SCHEMES._items, "fp16-test", Scheme("fp16-test", "a throwaway", 16, lambda w: w.half(),
-                                                            Rounded))
+    monkeypatch.setitem(SCHEMES._items, "fp16-test", Scheme(lambda w: w.half(), Rounded))
     with pytest.raises(SystemExit):
         main(["stream", "--help"])
     assert "int8, fp16-test" in " ".join(capsys.readouterr().out.split())
@@ -72,4 +70,4 @@ def test_a_scheme_registered_in_one_place_reaches_help_validation_and_the_transf
     assert main(["stream", "--model", str(model), "--text", str(text), "--tokens", "32", "--policy", "full",
                  "--quant", "fp16-test", "--out", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["quant"] == "fp16-test"
-    assert schemes.scheme_names()[-1] == "fp16-test"
+    assert SCHEMES.names()[-1] == "fp16-test"
