@@ -5,6 +5,7 @@ prefilled its prompt, the configurations take turns step by step (so the machine
 and the median step time of each is reported, at batch 1 and batch 8:
 
 - fp32: the float model, transformers' DynamicCache (decode today)
+- bf16: the model cast to bfloat16 (half the bytes per weight, no method: is this CPU's bf16 GEMV faster?)
 - int8: ``QuantizedWeights(model, "int8")`` (attnlab.quant)
 - int8 + cats 50% / int8 + predicted 50%: and ``SparseMLP`` in gather mode (the int8 rows of the kept neurons);
   CATS calibrated on WikiText-2 valid, the Deja Vu predictors saved beside the model (lookahead)
@@ -134,7 +135,8 @@ def main():
     args = ap.parse_args()
     _, tok = load_model_and_tokenizer(MODEL)
     ids = text_ids(tok, "wikitext-2/test.txt", max(args.long, args.prompt * max(args.batch)))
-    configs = [("fp32", lambda m, s, t: None), ("int8", _int8), ("int8 + cats 50%", _sparse("cats")),
+    configs = [("fp32", lambda m, s, t: None), ("bf16", lambda m, s, t: m.to(torch.bfloat16)), ("int8", _int8),
+               ("int8 + cats 50%", _sparse("cats")),
                ("int8 + predicted 50%", _sparse("predicted"))]
     with recorded(args.out):
         print(f"# Decode on SmolLM2-135M ({torch.get_num_threads()} threads)")

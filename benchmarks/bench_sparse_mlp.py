@@ -296,7 +296,9 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     p.add_argument("--model", default="smollm2")
-    p.add_argument("--overlap", type=float, default=None, help="the cache's set overlap (default: measured)")
+    p.add_argument("--overlap", type=float, default=None,
+                   help="the cache's set overlap (default: measured on the model; given with --skip-e2e, no "
+                        "model is loaded: a GPU machine that reaches no model hub)")
     p.add_argument("--rank", type=int, default=128, help="the timed predictor's rank r (dejavu's default)")
     p.add_argument("--skip-kernel", action="store_true")
     p.add_argument("--skip-e2e", action="store_true")
@@ -315,6 +317,10 @@ def run(args) -> int:
     args.layouts = ("cached", "gather")
     batches = (1,) if args.quick else (1, 8)
     print(f"device {args.device}, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    if args.skip_e2e and args.overlap is not None:  # the kernel alone, at a given overlap: no model needed
+        print(f"\n(a) one layer's MLP, ms per token step (cache overlap {args.overlap}, given):", flush=True)
+        print("\n" + kernel_table(bench_kernel(args, [args.overlap])))
+        return 0
     from attnlab.evals.inputs import load_model, text_ids
 
     model, tok = load_model(args.model, args.device)

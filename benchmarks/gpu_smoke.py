@@ -3,6 +3,7 @@ config: does each command run there at all?
 
     python benchmarks/gpu_smoke.py --device cuda --out benchmarks/results/gpu-smoke
     python benchmarks/gpu_smoke.py --only probe,sparsity,relu-control --layers 4      # a few, a shallower model
+    python benchmarks/gpu_smoke.py --layers 4 --jobs 8 --limit 240                     # all, eight at once
 
 Why random weights: a GPU machine lent to a session may reach no model hub and carries at most a few tens
 of MB across, so the model is SmolLM2-135M's config (30 layers, d 576, 9 heads / 3 KV heads, SwiGLU 1,536)
@@ -23,32 +24,34 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from attnlab.experiments.registry import load_all
 
 from host import add_out, machine, recorded  # benchmarks/host.py
+from shapes import random_llama  # benchmarks/shapes.py
 
-SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-               num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5,
-               rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=256, eos_token_id=256,
-               pad_token_id=256)
 DEVICE_ERROR = "Expected all tensors to be on the same device"
 
 
 def random_model(folder: Path, layers: int) -> Path:
-    """SmolLM2-135M's config (``layers`` decoder layers) with fresh weights and a byte-level tokenizer."""
-    import torch
-    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    """SmolLM2-135M's config (``layers`` decoder layers) with fresh weights, and a byte-level BPE tokenizer
+    trained here on the start of an embedded text (4,096 tokens: common words are single tokens, as the probes'
+    first-token replacements need)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, trainers
     from tokenizers import models as tm
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(**{**SMOLLM2, "num_hidden_layers": layers})).save_pretrained(folder)
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = Tokenizer(tm.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    from attnlab.data.sources import read_corpus
+
+    model = random_llama("smollm2", num_hidden_layers=layers)
+    model.save_pretrained(folder)
+    tok = Tokenizer(tm.BPE())
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    tok.add_special_tokens(["<|endoftext|>"])  # id 256: bos = eos = pad
+    trainer = trainers.BpeTrainer(vocab_size=min(4096, model.config.vocab_size), special_tokens=["<|endoftext|>"],
+                                  show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(read_corpus("war-and-peace", "text")[:20000], trainer)  # id 0: bos = eos = pad
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
                             pad_token="<|endoftext|>").save_pretrained(folder)
     return folder
@@ -69,9 +72,9 @@ def verdict(rc: int | None, output: str) -> str:
 def smoke(name: str, model: Path, device: str, out: Path, limit: int) -> dict:
     """One experiment, quick, on ``device``, as its own process."""
     exp = load_all()[name]
-    fields = {f.name for f in dataclasses.fields(exp.config_cls)}
+    fields = {f.name: f.type for f in dataclasses.fields(exp.config_cls)}
     argv = [sys.executable, "-m", "attnlab", "reproduce", name, "--quick", "--device", device, "--out", str(out / name)]
-    if "model" in fields:
+    if fields.get("model") in (str, "str"):  # a model to load (not a config of one built here)
         argv += ["--set", f"model={model}"]
     t0 = time.perf_counter()
     try:
@@ -80,8 +83,9 @@ def smoke(name: str, model: Path, device: str, out: Path, limit: int) -> dict:
         rc, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as e:
         rc, output = None, (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
-    return {"experiment": name, "model": "random SmolLM2-shaped" if "model" in fields else "its own",
-            "seconds": time.perf_counter() - t0, "verdict": verdict(rc, output)}
+    return {"experiment": name, "model": "random SmolLM2-shaped" if "--set" in argv else "its own",
+            "seconds": time.perf_counter() - t0, "verdict": verdict(rc, output),
+            "tail": "" if rc == 0 else output[-3000:]}  # what a failure printed last, kept for its diagnosis
 
 
 def main(argv=None) -> int:
@@ -90,6 +94,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="comma-separated experiment names (default: every registered one)")
     p.add_argument("--layers", type=int, default=30, help="decoder layers of the random model (SmolLM2: 30)")
     p.add_argument("--limit", type=int, default=600, help="seconds one experiment may run (default 600)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="experiments run at once, each its own process sharing the device (default 1; a GPU "
+                        "machine's CPU cores and memory allow several)")
     add_out(p)
     args = p.parse_args(argv)
     known = load_all()
@@ -101,13 +108,18 @@ def main(argv=None) -> int:
         model = random_model(Path(tmp) / "model", args.layers)
         print(f"# {machine()}; --device {args.device}; random model: SmolLM2-135M's config, {args.layers} layers\n")
         print("| experiment | model | seconds | verdict |\n|---|---|---|---|")
-        rows = figures["rows"] = []
-        for name in names:
-            rows.append(smoke(name, model, args.device, Path(tmp) / "runs", args.limit))
-            r = rows[-1]
-            print(f"| {name} | {r['model']} | {r['seconds']:.0f} | {r['verdict']} |", flush=True)
+        runs = Path(tmp) / "runs"
+        with ThreadPoolExecutor(args.jobs) as pool:  # each smoke is its own process: threads only wait
+            futures = [pool.submit(smoke, name, model, args.device, runs, args.limit) for name in names]
+            for f in as_completed(futures):
+                r = f.result()
+                print(f"| {r['experiment']} | {r['model']} | {r['seconds']:.0f} | {r['verdict']} |", flush=True)
+        rows = figures["rows"] = [f.result() for f in futures]  # in the registry's order
         bad = [r["experiment"] for r in rows if r["verdict"] != "ok"]
         print(f"\n{len(rows) - len(bad)} of {len(rows)} ran" + (f"; not: {', '.join(bad)}" if bad else ""))
+        for r in rows:  # what each failure printed last: the diagnosis, with no second run on the device
+            if r["tail"]:
+                print(f"\n## {r['experiment']}: {r['verdict']}\n\n```\n{r['tail'][-1500:].strip()}\n```")
     return 0
 
 

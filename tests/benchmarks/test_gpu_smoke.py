@@ -13,11 +13,12 @@ def smoke(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import gpu_smoke
 
+    import shapes
+
     # SmolLM2's shape at a test's size: the same keys, so the folder is built as the real one is
-    monkeypatch.setitem(gpu_smoke.SMOLLM2, "vocab_size", 300)
-    monkeypatch.setitem(gpu_smoke.SMOLLM2, "hidden_size", 36)
-    monkeypatch.setitem(gpu_smoke.SMOLLM2, "intermediate_size", 64)
-    monkeypatch.setitem(gpu_smoke.SMOLLM2, "max_position_embeddings", 128)
+    for key, value in {"vocab_size": 300, "hidden_size": 36, "intermediate_size": 64,
+                       "max_position_embeddings": 128}.items():
+        monkeypatch.setitem(shapes.SMOLLM2, key, value)
     return gpu_smoke
 
 
@@ -28,7 +29,8 @@ def test_the_random_model_is_a_folder_attnlab_loads_and_runs(smoke, tmp_path):
     cfg = model.config
     assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (2, 9, 3)
     ids = tok("a passkey is 4321.", return_tensors="pt").input_ids
-    assert tok.decode(ids[0]) == "a passkey is 4321." and int(ids.max()) < 256
+    assert tok.decode(ids[0]) == "a passkey is 4321." and int(ids.max()) < cfg.vocab_size
+    assert len(tok(" the").input_ids) == 1  # a trained BPE: common words are single tokens (the probes need it)
     assert torch.isfinite(model(ids).logits).all()
 
 

@@ -67,8 +67,9 @@ def _masked_attention(masks):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("policy", EVICTING)
-def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(tiny_models, arch, policy, tokens):
-    model, budget = tiny_models[arch], 9
+@pytest.mark.parametrize("budget", [9, 0.3])  # 0.3: a budget that grows, so appends and in-place evictions mix
+def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(tiny_models, arch, policy, budget, tokens):
+    model = tiny_models[arch]
     out, seen = _stream(model, PolicyCache(model, _policy(policy, budget), "original"), tokens, record=True)
     b, n_layers = tokens.shape[0], len(seen[0])
     hkv = seen[0][0].shape[1]
@@ -76,7 +77,8 @@ def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(tiny_mode
     for t, per_layer in enumerate(seen):
         for layer, pos in enumerate(per_layer):  # pos (B, Hkv, S): stream indices query t attended to
             masks[layer][:, :, t].scatter_(-1, pos, True)
-            assert pos.shape[-1] <= budget + 1  # really evicted: at most budget + the new token
+            assert pos.shape[-1] <= math.ceil(budget * T if budget < 1 else budget) + 1  # budget + the new token
+            assert pos.unique(dim=-1).shape[-1] == pos.shape[-1]  # no stream index stored twice
     AttentionInterface.register("test_masked", _masked_attention(masks))
     AttentionMaskInterface.register("test_masked", sdpa_mask)
     saved = model.config._attn_implementation
@@ -262,6 +264,25 @@ def test_fractional_budget_grows_with_the_stream(tiny_models, tokens):
     cache = PolicyCache(model, make_policy("h2o", budget=0.25), "original")
     _stream(model, cache, tokens)
     assert cache.stored() == math.ceil(0.25 * (T - 1)) + 1  # budget at the last eviction + the new token
+
+
+@pytest.mark.parametrize("chunk", [1, 7])
+def test_stored_stream_indices_are_the_tokens_seen_whatever_the_steps(tiny_models, chunk, tokens):
+    """A prefill chunk, then single tokens, with a budget that grows: appends into headroom (whose stream
+    indices are written ahead) mix with in-place evictions, and every slot still names a distinct token seen,
+    the newest ones included."""
+    model = tiny_models["llama"]
+    cache = PolicyCache(model, make_policy("h2o", budget=0.4, n_sink=2), "original")
+    with cache, torch.no_grad():
+        fed = 0
+        for step in [chunk, *[1] * 12, chunk, *[1] * 12]:
+            model(tokens[:, fed:fed + step], past_key_values=cache)
+            fed += step
+            for layer in cache.layers:
+                pos = layer.pos  # (B, H, S)
+                assert pos.unique(dim=-1).shape[-1] == pos.shape[-1] and int(pos.max()) == fed - 1
+                assert all((pos == t).any(-1).all() for t in range(fed - step, fed))  # the step's tokens are kept
+        assert len(layer.keys[0, 0]) == pos.shape[-1] < fed  # and some were evicted
 
 
 def test_the_cache_binds_only_its_own_model_and_only_inside_its_context(tiny_models, tokens):

@@ -56,7 +56,7 @@ def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -
     DynamicCache). Returns the per-token NLL, the time taken and the KV bytes along the stream."""
     ids = ids.to(model.device)
     t_total = ids.numel()
-    nll = torch.empty(t_total - 1, dtype=torch.float64)
+    nll = torch.empty(t_total - 1, device=ids.device)  # on the device: a copy to the CPU per step would sync a GPU
     kv, clock = [], []
     ctx = cache if cache is not None else contextlib.nullcontext()
     t0 = time.perf_counter()
@@ -67,13 +67,13 @@ def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -
             out = model(ids[None, start:end], past_key_values=past, use_cache=True)
             past = out.past_key_values
             logp = F.log_softmax(out.logits[0].float(), -1)  # (chunk, V)
-            nll[start:end] = -logp.gather(-1, ids[start + 1:end + 1, None])[:, 0].double().cpu()
+            nll[start:end] = -logp.gather(-1, ids[start + 1:end + 1, None])[:, 0]
             clock.append((end, time.perf_counter() - t0))
             if cache is not None:
                 kv.append((end, cache.kv_bytes()))
             if progress is not None:
                 progress.update(end - start)
-    return StreamResult(nll.numpy(), time.perf_counter() - t0, kv, clock)
+    return StreamResult(nll.double().cpu().numpy(), time.perf_counter() - t0, kv, clock)
 
 
 @torch.no_grad()

@@ -7,6 +7,7 @@ Keys and values are (B, H_kv, S, D) tensors that really shrink; each slot keeps 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers.cache_utils import CacheLayerMixin
 
 from attnlab.kv.policies import KVPolicy, SlotState
@@ -27,22 +28,94 @@ class PolicyLayer(CacheLayerMixin):
         self.policy, self.rope = policy, rope
         self.start = start  # the model's position of the stream's first token
         self.seen = 0  # tokens this layer has seen (the stream length)
-        self.pos = self.score = self.valid = self.n_pad = None
-        self.new_slots: torch.Tensor | None = None  # (B, H, q) slots of the tokens of the current step
+        self.n_pad = None
+        self._buf: dict[str, torch.Tensor | None] = {}  # the slot tensors' buffers (see _adopt)
+        self._n = 0  # S, the slots stored: the first _n of each buffer
+        self._new: torch.Tensor | int = 0  # the current step's new slots: (B, H, q) indices, or the first's index
+        self._q = 0  # and how many
         self.stored_before = 0  # S before the current step's update (the model's mask is sized on it)
 
     # -- CacheLayerMixin -------------------------------------------------------------------------
     def lazy_initialization(self, key_states, value_states):
         b, h, _, d = key_states.shape
         self.dtype, self.device = key_states.dtype, key_states.device
-        self.keys = key_states.new_zeros(b, h, 0, d)
-        self.values = value_states.new_zeros(b, h, 0, value_states.shape[-1])
-        self.pos = torch.zeros(b, h, 0, dtype=torch.long, device=self.device)
-        self.valid = torch.zeros(b, h, 0, dtype=torch.bool, device=self.device)
-        self.score = torch.zeros(b, h, 0, dtype=torch.float32, device=self.device) if self.policy.needs_scores else None
+        self._adopt(keys=key_states.new_zeros(b, h, 0, d),
+                    values=value_states.new_zeros(b, h, 0, value_states.shape[-1]),
+                    pos=torch.zeros(b, h, 0, dtype=torch.long, device=self.device),
+                    valid=torch.zeros(b, h, 0, dtype=torch.bool, device=self.device),
+                    score=torch.zeros(b, h, 0, device=self.device) if self.policy.needs_scores else None)
         self.n_pad = torch.zeros(b, 1, 1, dtype=torch.long, device=self.device)
         self.any_pad = False
         self.is_initialized = True
+
+    # -- storage: each slot tensor is a view of the first S slots of a buffer with headroom -----------------
+    # Why: appending by torch.cat copies the whole cache every step, and the per-slot bookkeeping (positions,
+    # validity, scores, the new slots' indices) cost four small ops per layer per step: on a GPU, where a
+    # small model's decode step is bound by kernel launches, that was a tenth of the step. In the headroom,
+    # ``pos`` already holds the stream indices the next appended tokens will have, ``valid`` True and ``score``
+    # 0, so an append writes keys and values alone.
+    def _adopt(self, **slots) -> None:
+        """Take ``slots`` (name -> tensor with S slots on dim 2 or -1, or None) as the buffers, no headroom."""
+        self.keys, self.values = slots["keys"], slots["values"]
+        self._buf = dict(slots)
+        self._n = self.keys.shape[2]
+        self._pos_offset = None  # the headroom's pos is unset
+
+    # pos, valid, score: views of their buffers made when read (a decode step reads them only to evict)
+    @property
+    def pos(self) -> torch.Tensor | None:  # (B, H, S) long: each slot's stream index
+        return self._view("pos")
+
+    @property
+    def valid(self) -> torch.Tensor | None:  # (B, H, S) bool: a real token, not padding
+        return self._view("valid")
+
+    @property
+    def score(self) -> torch.Tensor | None:  # (B, H, S) float32: H2O's accumulated attention (None: no scores)
+        return self._view("score")
+
+    def _view(self, name: str) -> torch.Tensor | None:
+        buf = self._buf.get(name)
+        return None if buf is None else buf.narrow(2, 0, self._n)
+
+    @property
+    def new_slots(self) -> torch.Tensor:
+        """(B, H, q) slots of the tokens of the current step."""
+        if isinstance(self._new, int):
+            b, h = self.keys.shape[:2]
+            return self._slot_ids.narrow(0, self._new, self._q).expand(b, h, self._q)
+        return self._new
+
+    def _reserve(self, s: int, q: int) -> None:
+        """Room for q more slots after the first s: regrown by half (no fewer than 64 slots), never past what
+        the policy's budget needs, the headroom filled with what appended tokens will hold."""
+        cap = self._buf["keys"].shape[2]
+        if s + q > cap:
+            limit = self.policy.capacity(self.seen + q)
+            grown = max(s + q, min(int(1.5 * (s + q)) + 64, limit + q if limit is not None else 1 << 62))
+            for name, buf in self._buf.items():
+                if buf is not None:
+                    shape = list(buf.shape)
+                    shape[2] = grown
+                    new = buf.new_zeros(shape) if name != "valid" else buf.new_ones(shape)
+                    new[:, :, :s] = buf[:, :, :s]
+                    self._buf[name] = new
+            self._slot_ids = torch.arange(grown, device=self.device)
+            self._pos_offset = None
+        if self._pos_offset != self.seen - s:  # the headroom's stream indices: slot j holds seen - s + j
+            cap = self._buf["pos"].shape[2]
+            self._buf["pos"][:, :, s:] = torch.arange(self.seen, self.seen + cap - s, device=self.device)
+            self._pos_offset = self.seen - s
+
+    def _append(self, key_states, value_states) -> None:
+        """Store q new tokens, (B, H, q, D) each, after the S stored slots."""
+        q, s = key_states.shape[2], self._n
+        self._reserve(s, q)
+        buf = self._buf  # narrow, not [:, :, a:b]: a decode step calls this per layer, and indexing costs microseconds
+        buf["keys"].narrow(2, s, q).copy_(key_states)
+        buf["values"].narrow(2, s, q).copy_(value_states)
+        self.keys, self.values = buf["keys"].narrow(2, 0, s + q), buf["values"].narrow(2, 0, s + q)
+        self._n, self._new, self._q = s + q, s, q
 
     def update(self, key_states, value_states, *args, **kwargs):
         """Evict down to the budget, then store the step's q new tokens: (B, H, q, D) each."""
@@ -52,7 +125,6 @@ class PolicyLayer(CacheLayerMixin):
         self.stored_before = self.keys.shape[-2]
         cap = self.policy.capacity(self.seen)
         n_over = self.keys.shape[-2] - cap if cap is not None else 0
-        new_pos = torch.arange(self.seen, self.seen + q, device=self.device).expand(b, h, q)
         if n_over > 0 and q == 1 and n_over == 1:  # steady decoding: overwrite the evicted slot
             evict = self._priority().argmin(-1, keepdim=True)  # (B, H, 1)
             if self.rope is not None:
@@ -61,22 +133,15 @@ class PolicyLayer(CacheLayerMixin):
             d_idx = evict[..., None]
             self.keys.scatter_(2, d_idx.expand(-1, -1, -1, self.keys.shape[-1]), key_states)
             self.values.scatter_(2, d_idx.expand(-1, -1, -1, self.values.shape[-1]), value_states)
-            self.pos.scatter_(2, evict, new_pos)
+            self.pos.scatter_(2, evict, self.seen)
             self.valid.scatter_(2, evict, True)
             if self.score is not None:
                 self.score.scatter_(2, evict, 0.0)
-            self.new_slots = evict
+            self._new, self._q = evict, 1
         else:
             if n_over > 0:
                 self._evict(n_over)
-            s = self.keys.shape[-2]
-            self.keys = torch.cat([self.keys, key_states], dim=-2)
-            self.values = torch.cat([self.values, value_states], dim=-2)
-            self.pos = torch.cat([self.pos, new_pos], dim=-1)
-            self.valid = torch.cat([self.valid, self.valid.new_ones(b, h, q)], dim=-1)
-            if self.score is not None:
-                self.score = torch.cat([self.score, self.score.new_zeros(b, h, q)], dim=-1)
-            self.new_slots = torch.arange(s, s + q, device=self.device).expand(b, h, q)
+            self._append(key_states, value_states)
         self.seen += q
         return self.keys, self.values
 
@@ -101,10 +166,8 @@ class PolicyLayer(CacheLayerMixin):
 
     def _map_batch(self, fn) -> None:
         if self.is_initialized:
-            for name in SLOT_TENSORS:
-                t = getattr(self, name)
-                if t is not None:
-                    setattr(self, name, fn(t))
+            self._adopt(**{name: None if (t := getattr(self, name)) is None else fn(t) for name in SLOT_TENSORS[:5]})
+            self.n_pad = fn(self.n_pad)
 
     def reorder_cache(self, beam_idx):
         self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
@@ -118,14 +181,17 @@ class PolicyLayer(CacheLayerMixin):
     def state_dict(self) -> dict:
         if not self.is_initialized:
             return {"seen": self.seen}
-        return {"seen": self.seen, "any_pad": self.any_pad, **{k: getattr(self, k) for k in SLOT_TENSORS}}
+        # contiguous: a view of the buffer would save its headroom too
+        return {"seen": self.seen, "any_pad": self.any_pad,
+                **{k: None if (t := getattr(self, k)) is None else t.contiguous() for k in SLOT_TENSORS}}
 
     def load_state_dict(self, state: dict) -> None:
         self.reset()
         if "keys" in state:
             self.lazy_initialization(state["keys"], state["values"])
-            for k in SLOT_TENSORS:  # copies: steady decoding writes slots in place, the source must not change
-                setattr(self, k, None if state[k] is None else state[k].clone())
+            # copies: steady decoding writes slots in place, the source must not change
+            self._adopt(**{k: None if state[k] is None else state[k].clone() for k in SLOT_TENSORS[:5]})
+            self.n_pad = state["n_pad"].clone()
             self.any_pad = state["any_pad"]
         self.seen = state["seen"]
 
@@ -148,16 +214,20 @@ class PolicyLayer(CacheLayerMixin):
             delta = torch.empty_like(after_sorted).scatter_(-1, order, after_sorted).masked_fill(evicted, 0)
             self._rerotate(delta != 0, delta)
         d = keep[..., None]
-        self.keys = self.keys.gather(2, d.expand(-1, -1, -1, self.keys.shape[-1]))
-        self.values = self.values.gather(2, d.expand(-1, -1, -1, self.values.shape[-1]))
-        self.pos, self.valid = self.pos.gather(-1, keep), self.valid.gather(-1, keep)
-        if self.score is not None:
-            self.score = self.score.gather(-1, keep)
+        self._adopt(keys=self.keys.gather(2, d.expand(-1, -1, -1, self.keys.shape[-1])),
+                    values=self.values.gather(2, d.expand(-1, -1, -1, self.values.shape[-1])),
+                    pos=self.pos.gather(-1, keep), valid=self.valid.gather(-1, keep),
+                    score=None if self.score is None else self.score.gather(-1, keep))
 
     def _rerotate(self, moved: torch.Tensor, delta: torch.Tensor | int) -> None:
         """Rotate the stored keys where ``moved`` (B, H, S) forward by ``delta`` positions (one int,
         or a (B, H, S) tensor)."""
-        flat = self.keys.view(-1, self.keys.shape[-1])  # (B*H*S, D): one linear index is cheaper than three
+        buf = self._buf["keys"]  # (B, H, C, D), C >= S: the stored keys are its first S slots
+        pad = buf.shape[2] - moved.shape[-1]
+        if pad:  # the flags (and shifts) laid out as the buffer is
+            moved = F.pad(moved, (0, pad))
+            delta = delta if isinstance(delta, int) else F.pad(delta, (0, pad))
+        flat = buf.view(-1, buf.shape[-1])  # (B*H*C, D): one linear index is cheaper than three
         idx = moved.reshape(-1).nonzero().squeeze(1)
         if idx.numel():
             d = delta if isinstance(delta, int) else delta.reshape(-1)[idx]
@@ -174,15 +244,15 @@ class PolicyLayer(CacheLayerMixin):
 
     def update_scores(self, received: torch.Tensor) -> None:
         """H2O: add the attention each stored slot received this step, (B, H, S)."""
-        self.score += received
+        self.score.add_(received)
 
     # -- queries (read-only) -------------------------------------------------------------------
     def visible(self) -> torch.Tensor | None:
         """(B, H, q, S) bool: which stored slots each of this step's q queries may attend to (None: all)."""
-        b, h, s = self.valid.shape
-        q = self.new_slots.shape[-1]
+        q = self._q
         if q == 1 and not self.any_pad:
             return None
+        b, h, s = self.valid.shape
         # slot visible to query j iff real and (stored before this step, or a new token <= j)
         step = torch.full((b, h, s), -1, dtype=torch.long, device=self.device)
         step.scatter_(2, self.new_slots, torch.arange(q, device=self.device).expand(b, h, q))

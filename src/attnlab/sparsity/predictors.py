@@ -192,11 +192,20 @@ def targets_for(y: torch.Tensor, source: str) -> torch.Tensor:  # (L, W, n) -> t
     return y if source == "own" else y[1:]
 
 
+def _to_model(preds: list[Predictors], model: nn.Module) -> None:
+    """The predictors onto the device of the activations they read, the model's (made or loaded on the CPU,
+    they met a GPU model's activations: "Expected all tensors to be on the same device")."""
+    device = next(model.parameters()).device
+    for p in preds:
+        p.to(device)
+
+
 def train(preds: list[Predictors], model, ids: torch.Tensor, epochs: int, window: int = 512, batch: int = 256,
           lr: float = 1e-3, progress=None) -> list[float]:
     """Trains every predictor in ``preds`` (same keep and unit) on ``ids``, one model pass per epoch; the last
     epoch's mean BCE per predictor set."""
     keep, unit = preds[0].meta.keep, preds[0].meta.unit
+    _to_model(preds, model)  # before the optimizers: they hold the parameters, which move in place
     opts = [torch.optim.AdamW(p.parameters(), lr=lr, weight_decay=0.01) for p in preds]
     gen = torch.Generator().manual_seed(0)
     for p in preds:
@@ -230,6 +239,7 @@ def score(preds: list[Predictors], model, ids: torch.Tensor, window: int = 512, 
     predicted set captures (``oracle_mass``: what the oracle's captures), and the thresholded set
     sigmoid(logit) > 0.5 (Deja Vu's): its size ``t_size`` as a share of n and its recall ``t_recall``."""
     keep, unit = preds[0].meta.keep, preds[0].meta.unit
+    _to_model(preds, model)
     keys = ("recall", "mass", "t_size", "t_recall", "oracle_mass", "total")
     sums = [{k: torch.zeros(len(p.meta.layers), dtype=torch.float64) for k in keys} for p in preds]
     count = 0

@@ -24,7 +24,8 @@ def greedy_decode(model, prompt: torch.Tensor, steps: int, context, warmup: int 
     ``context()``: (the tokens fed, the model's argmax after each, seconds per timed step). Greedy unless
     ``follow`` (another run's tokens fed) is given: then those tokens are fed (teacher forcing), so two
     runs are compared token by token on the same context instead of diverging after their first miss."""
-    device = prompt.device
+    device = next(model.parameters()).device
+    prompt = prompt.to(device)  # a text's ids come on the CPU (on a GPU the embedding refused them)
     with context():
         cache = DynamicCache(config=model.config)
         logits = model(prompt[None], past_key_values=cache, use_cache=True).logits  # (1, T, V)

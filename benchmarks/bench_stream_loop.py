@@ -1,0 +1,120 @@
+"""Decode tokens/s of ``attnlab stream``'s loop against a plain transformers decode loop, same model, same tokens.
+
+``attnlab stream`` scores a text one token per forward (``attnlab.evals.streaming.stream_nll``) through a
+PolicyCache. What does that cost over the loop a user would write by hand: ``model(token,
+past_key_values=DynamicCache())``, the next token's log-probability gathered, nothing else? Side by side
+in one run, the variants taking turns repeat by repeat (so the machine's drift hits all alike), medians:
+
+- ``plain``: the hand-written loop over transformers' DynamicCache, the NLL kept on the device;
+- ``stream, DynamicCache``: stream_nll with no PolicyCache (the loop's own bookkeeping alone);
+- ``stream, full``: stream_nll through PolicyCache with the full policy (what ``attnlab stream --policy
+  full`` runs: our cache layer and attention function, nothing evicted);
+- ``stream, sinks``: the same with sinks+window at --budget (eviction every step once the budget is full).
+
+The model is a randomly initialised one of a real config (speed does not depend on what weights learned;
+a GPU machine may reach no model hub). Goal on a GPU: ``stream, full`` >= 0.95x ``plain``.
+
+    python benchmarks/bench_stream_loop.py --device cuda --out benchmarks/results/bench-stream-loop-gpu
+    python benchmarks/bench_stream_loop.py --hidden 144 --tokens 128      # CPU, launch-bound like a GPU
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from attnlab.evals.streaming import stream_nll
+from attnlab.kv.cache import PolicyCache
+from attnlab.kv.policies import make_policy
+
+from host import add_out, machine, recorded  # benchmarks/host.py
+from shapes import random_llama  # benchmarks/shapes.py
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+@torch.no_grad()
+def plain_loop(model, ids: torch.Tensor) -> torch.Tensor:
+    """The hand-written decode loop: one token per forward over a DynamicCache; ids (T,) on the device."""
+    nll = torch.empty(ids.numel() - 1, device=ids.device)
+    past = DynamicCache()
+    for t in range(ids.numel() - 1):
+        logits = model(ids[None, t:t + 1], past_key_values=past, use_cache=True).logits[0, -1]  # (V,)
+        nll[t] = -F.log_softmax(logits.float(), -1)[ids[t + 1]]
+    return nll
+
+
+def variants(model, budget: int) -> dict:
+    """name -> fn(ids) decoding every token of ids once."""
+    return {"plain": lambda ids: plain_loop(model, ids),
+            "stream, DynamicCache": lambda ids: stream_nll(model, ids, None),
+            "stream, full": lambda ids: stream_nll(model, ids, PolicyCache(model, make_policy("full"))),
+            "stream, sinks": lambda ids: stream_nll(model, ids,
+                                                    PolicyCache(model, make_policy("sinks", budget=budget)))}
+
+
+def timed(fn, ids, device: str) -> float:
+    """Seconds for one pass over ids, the device drained before and after."""
+    _sync(device)
+    t0 = time.perf_counter()
+    fn(ids)
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--config", default="smollm2", help="the real config the random model has (default smollm2)")
+    ap.add_argument("--hidden", type=int, default=None,
+                    help="override the width (a multiple of the heads; a narrow model is launch-bound)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
+                    help="weights and activations (default bfloat16, as models are served on a GPU)")
+    ap.add_argument("--tokens", type=int, default=512, help="tokens decoded per pass (default 512)")
+    ap.add_argument("--budget", type=int, default=256, help="sinks' KV budget (default 256)")
+    ap.add_argument("--repeats", type=int, default=5, help="passes per variant, in turns (default 5)")
+    add_out(ap)
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench_stream_loop: no CUDA device here; use --device cpu", file=sys.stderr)
+        return 2
+    over = {} if args.hidden is None else {"hidden_size": args.hidden, "intermediate_size": 8 * args.hidden // 3}
+    model = random_llama(args.config, **over).to(args.device, getattr(torch, args.dtype))
+    ids = torch.randint(0, model.config.vocab_size, (args.tokens + 1,), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(args.device)
+    fns = variants(model, args.budget)
+    with recorded(args.out, figures := {}):
+        print(f"# {machine()}; device {args.device}"
+              f"{' (' + torch.cuda.get_device_name() + ')' if args.device == 'cuda' else ''}; random {args.config}"
+              f"{f' (hidden {args.hidden})' if args.hidden else ''}, {args.dtype}; {args.tokens} tokens per pass, "
+              f"{args.repeats} passes each, in turns; median tokens/s\n")
+        for fn in fns.values():  # warm-up: kernels chosen, caches allocated
+            fn(ids[:17])
+        times = {name: [] for name in fns}
+        for _ in range(args.repeats):
+            for name, fn in fns.items():
+                times[name].append(timed(fn, ids, args.device))
+        plain = statistics.median(times["plain"])
+        print("| loop | tokens/s (median) | x plain |\n|---|---|---|")
+        rows = figures["rows"] = []
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            rows.append({"loop": name, "tokens_per_s": args.tokens / med, "x_plain": plain / med, "seconds": ts})
+            print(f"| {name} | {args.tokens / med:.1f} | {plain / med:.3f} |")
+        full = next(r for r in rows if r["loop"] == "stream, full")["x_plain"]
+        figures["goal"] = {"stream_full_x_plain": full, "goal": 0.95, "met": full >= 0.95}
+        print(f"\n`attnlab stream` (full cache) at {full:.3f}x the plain loop: goal >= 0.95x "
+              f"{'met' if full >= 0.95 else 'not met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
