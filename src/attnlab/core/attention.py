@@ -12,6 +12,8 @@ somewhere: the first tokens, seen by every later query, become sinks (Xiao et al
                   layer's input (Qwen's gated attention), so a head can output ~0 without a sink.
 - ``sink-token``  vanilla softmax; a learnable token (a new vocabulary entry) is prepended to every
                   sample and kept as the first cache slot (StreamingLLM's "learnable sink").
+- ``relu``        no softmax: relu(x_i) / n, n the keys the row sees (Guo et al. 2024's intervention:
+                  rows need not sum to 1, so a query with nothing to attend to can attend to nothing).
 
 Only ``softmax1`` and ``sink-logit`` change the normaliser: :func:`sink_softmax` is both (a sink
 logit of 0 is softmax1, one of -inf is softmax). Pure torch: the model adapter
@@ -36,9 +38,23 @@ def sink_softmax(logits: torch.Tensor, sink: torch.Tensor | None) -> torch.Tenso
     return torch.cat([x, col], -1).softmax(-1)[..., :-1]
 
 
+def relu_normalise(logits: torch.Tensor) -> torch.Tensor:
+    """ReLU attention's weights: relu(x) / (the row's visible keys). logits (B, H, q, S), masked entries -inf.
+    Returns float32 (B, H, q, S)."""
+    x = logits.float()
+    visible = torch.isfinite(x).sum(-1, keepdim=True).clamp_min(1)  # (B, H, q, 1): i + 1 for causal row i
+    return x.clamp_min(0) / visible  # -inf -> 0
+
+
+def normalise(logits: torch.Tensor, sink: torch.Tensor | None, relu: bool = False) -> torch.Tensor:
+    """The variant's normaliser: ReLU attention's, or the (sink) softmax."""
+    return relu_normalise(logits) if relu else sink_softmax(logits, sink)
+
+
 def eager_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
                     mask: torch.Tensor | None = None, sink: torch.Tensor | None = None,
-                    dropout: float = 0.0, training: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                    dropout: float = 0.0, training: bool = False,
+                    relu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention with the probabilities materialised. query (B, Hq, q, D); key/value (B, Hkv, S, D),
     each KV head serving Hq/Hkv query heads (grouped-query); mask: additive float or bool (True = keep),
     broadcastable to (B, Hq, q, S). -> (output (B, Hq, q, Dv), probabilities (B, Hq, q, S))."""
@@ -46,8 +62,10 @@ def eager_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     k = key.repeat_interleave(g, dim=1) if g > 1 else key  # (B, Hq, S, D)
     v = value.repeat_interleave(g, dim=1) if g > 1 else value
     logits = (query @ k.transpose(-1, -2)) * scaling  # (B, Hq, q, S)
+    if relu and mask is not None and mask.dtype != torch.bool:  # ReLU counts the visible keys: -inf, not min float
+        mask = mask > torch.finfo(mask.dtype).min / 2
     if mask is not None:
         logits = logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask
-    probs = sink_softmax(logits, sink).to(query.dtype)
+    probs = normalise(logits, sink, relu).to(query.dtype)
     dropped = torch.nn.functional.dropout(probs, p=dropout, training=training) if dropout else probs
     return dropped @ v, probs

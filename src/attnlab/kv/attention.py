@@ -5,7 +5,7 @@ Registered with transformers' attention-function registry (and ``sdpa_mask`` wit
 unordered after eviction, so the model's positional mask cannot describe them: the layer's own ``visible()``
 mask does. For H2O it hands the layer the post-softmax attention each slot receives. A module with a sink
 logit per head (``module.sinks``: the softmax1 and sink-logit variants of :mod:`attnlab.core.attention`) is
-normalised as it was trained, with :func:`~attnlab.core.attention.sink_softmax`. It finds its cache through
+normalised as it was trained, with :func:`~attnlab.core.attention.normalise`. It finds its cache through
 the attention module (bound by the cache's context in :data:`BOUND`) and its layer as transformers' own cache
 does, by the module's ``layer_idx``; a call without a bound cache (a plain DynamicCache, or none) is plain
 SDPA. Pinned to transformers 5.23."""
@@ -19,7 +19,7 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from attnlab.core.attention import sink_softmax
+from attnlab.core.attention import normalise
 from attnlab.core.metrics import received_attention
 from attnlab.models.variants import variant_attention
 
@@ -54,14 +54,15 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         layer.update_padding(real)
     mask = layer.visible()  # (B, Hkv, q, S) or None
     sink = getattr(module, "sinks", None)  # (Hq,): a joined logit per head, or None (plain softmax)
-    if layer.score is not None or sink is not None:  # materialise the probabilities (H2O scores on them)
+    relu = getattr(module, "relu", False)  # ReLU attention (no softmax)
+    if layer.score is not None or sink is not None or relu:  # materialise the probabilities (H2O scores on them)
         # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
         # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
         qg = query.reshape(b, hkv, g * q, d)
         logits = (qg @ key.transpose(-1, -2)) * scaling  # (B, Hkv, g*q, S)
         if mask is not None:
             logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
-        probs = sink_softmax(logits.view(b, hkv * g, q, s), sink).view(b, hkv, g * q, s)
+        probs = normalise(logits.view(b, hkv * g, q, s), sink, relu).view(b, hkv, g * q, s)
         if layer.score is not None:
             # (B, Hkv, S): column sums over the group's heads and queries
             layer.update_scores(received_attention(probs))

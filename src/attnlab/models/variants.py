@@ -59,6 +59,7 @@ class VariantAttention(LlamaAttention):
             self.sinks = None
         # one sigmoid gate per head, computed from the layer's input (Qwen's head-wise gated attention)
         self.gate = nn.Linear(config.hidden_size, h) if variant == "gated" else None
+        self.relu = variant == "relu"  # ReLU attention: every attention function reads it
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)  # (B, T, H, D)
@@ -82,8 +83,8 @@ def _sink(module) -> torch.Tensor | None:
 
 
 def variant_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """Fused SDPA when the normaliser is softmax (no maps), the eager sink normaliser when it is not."""
-    if _sink(module) is None:
+    """Fused SDPA when the normaliser is softmax (no maps), the eager variant normaliser when it is not."""
+    if _sink(module) is None and not getattr(module, "relu", False):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     return maps_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling)
@@ -98,7 +99,8 @@ def maps_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         mask = torch.ones(q, s, dtype=torch.bool, device=query.device).tril(s - q)  # (q, S)
     else:
         mask = None
-    out, probs = eager_attention(query, key, value, scaling, mask, _sink(module), dropout, module.training)
+    out, probs = eager_attention(query, key, value, scaling, mask, _sink(module), dropout, module.training,
+                                 relu=getattr(module, "relu", False))
     return out.transpose(1, 2).contiguous(), probs
 
 

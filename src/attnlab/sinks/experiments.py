@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.core.errors import ConfigError
-from attnlab.core.variant_names import VARIANTS
+from attnlab.core.variant_names import SOFTMAX_VARIANTS, VARIANTS
 from attnlab.experiments.claims import check, erratum, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.sinks.plots import emergence_figure, table_figure
@@ -35,7 +35,7 @@ from attnlab.sinks.table import AS_PRINTED, PUBLISHED, label, ppl
 
 @dataclass(frozen=True)
 class SinkPretrainConfig(PretrainSetup):
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = SOFTMAX_VARIANTS  # relu's rows need not sum to 1: sink-backcopy studies it
     window: int = 128  # the cache W: n sinks + (W - n) recent
     sinks: tuple[int, ...] = (0, 1, 2, 4)
     stream_tokens: int = 2048  # held-out tokens streamed: 8 training contexts

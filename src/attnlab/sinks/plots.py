@@ -61,3 +61,40 @@ def lever_figure(runs: dict[str, list[dict]]):
     axes[0].axhline(0.3, color="k", ls=":", lw=1)
     axes[0].legend(fontsize=7)
     return fig
+
+
+def backcopy_figure(tracks: dict[str, list[dict]], sink_min: float):
+    """Per BB run over training: attention to the first token (dormant solid, active dashed), the first token's
+    value and residual norm ratios (the largest over layers), and the loss over the Bayes floor."""
+    def series(track, key):
+        return np.array([t["step"] for t in track]), np.array([key(t) for t in track])
+
+    fig, axes = plt.subplots(1, 4, figsize=(18, 3.8), layout="constrained")
+    for i, (name, track) in enumerate(tracks.items()):
+        color = f"C{i}"
+        axes[0].plot(*series(track, lambda t: t["layers"][0]["dormant"]), color=color, label=name, lw=1.2)
+        axes[0].plot(*series(track, lambda t: t["layers"][0]["active"]), color=color, ls="--", lw=0.8)
+        axes[1].plot(*series(track, lambda t: t["layers"][0]["value_ratio"]), color=color, lw=1.2)
+        axes[2].plot(*series(track, lambda t: max(x["resid_ratio"] for x in t["layers"])), color=color, lw=1.2)
+        axes[3].plot(*series(track, lambda t: t["loss"] - t["bayes"]), color=color, lw=1.2)
+    axes[0].axhline(sink_min, color="k", ls=":", lw=1)
+    titles = ("attention to BOS: dormant (solid), active (dashed)", "BOS value norm / others' median (layer 0)",
+              "BOS residual norm / others' median (max over layers)", "loss - Bayes floor")
+    for ax, title in zip(axes, titles):
+        ax.set(xlabel="training step", title=title)
+    axes[2].set_yscale("log")
+    axes[3].set_yscale("log")
+    axes[0].legend(fontsize=7)
+    return fig
+
+
+def backcopy_maps(attn, seq, task):
+    """One head's attention map (S, S) on one BB sequence, trigger queries marked on the axis."""
+    fig, ax = plt.subplots(figsize=(6.2, 5.6), layout="constrained")
+    ax.imshow(attn.float().cpu().numpy(), cmap="viridis", vmin=0, vmax=1)
+    names = ["BOS" if int(t) == task.bos else repr(task.symbols[int(t)])[1:-1].replace(" ", "␣") for t in seq]
+    trig = task.is_trigger(seq).tolist()
+    ax.set_yticks(range(len(names)), [f"{n}*" if t else n for n, t in zip(names, trig)], fontsize=6)
+    ax.set_xticks(range(len(names)), names, fontsize=6, rotation=90)
+    ax.set(xlabel="key", ylabel="query (* a trigger: it copies the token before)", title="attention at the end")
+    return fig

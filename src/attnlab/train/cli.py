@@ -90,8 +90,9 @@ def add_commands(sub) -> None:
     m.add_argument("--attention", choices=VARIANTS,
                    help="llama: the attention variant (saved in the checkpoint): softmax (vanilla), softmax1 "
                         "(off-by-one: a zero logit joined to each row), sink-logit (a learned logit per head, "
-                        "gpt-oss), gated (a sigmoid gate per head on the output, Qwen) or sink-token (a new "
-                        "vocabulary entry prepended to every sample, StreamingLLM's learnable sink); default softmax")
+                        "gpt-oss), gated (a sigmoid gate per head on the output, Qwen), sink-token (a new "
+                        "vocabulary entry prepended to every sample, StreamingLLM's learnable sink) or relu "
+                        "(relu(x)/n, no softmax: Guo et al.'s intervention); default softmax")
     t = p.add_argument_group("training")
     t.add_argument("--optimizer", default="sgd", help="sgd, adam or adamw (default sgd)")
     t.add_argument("--lr", type=float, default=5.0)

@@ -1,0 +1,139 @@
+"""Train a small Llama on the Bigram-Backcopy task and watch its extreme tokens form (Guo et al. 2024).
+
+Every ``track_every`` steps, on one fixed probe batch, per layer (each has one head, as in the paper):
+
+- ``dormant``: attention to the first token (BOS; a sink-token model's sink token) from non-trigger queries
+  (positions >= 1): the sink, where the head has no work; ``active``: the same from trigger queries, where it
+  copies; ``copy``: their attention to the token before them (the backcopy itself);
+- ``logit_gap``: the first token's attention logit minus the mean logit of the other keys, over non-trigger
+  queries (the softmax's normaliser cancels, so it is read from the probabilities: log p_0 - mean_j log p_j);
+- ``value_ratio``: the first token's value-state norm over the median of the others' (the drain: < 1);
+- ``resid_ratio``: the first token's residual-stream norm after the layer over the median of the others'
+  (the residual-state peak: > 1);
+
+and the probe batch's loss beside the task's Bayes floor (:func:`attnlab.sinks.backcopy.bayes_nll`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.core.errors import ConfigError
+from attnlab.models import arch
+from attnlab.models.causal_lm import CausalLM, LlamaLMConfig, build_llama
+from attnlab.sinks.backcopy import BBTask, bayes_nll, sample
+
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass(frozen=True)
+class BBRun:
+    """One model's run: what it was, its trajectory (one dict per tracked step) and the model at the end."""
+
+    name: str
+    layers: int
+    variant: str
+    optimizer: str
+    track: list[dict]
+    model: CausalLM
+
+
+def build(task: BBTask, cfg, layers: int, variant: str) -> CausalLM:
+    """The BB model: one head per layer (the paper's), the task's vocabulary, trained at ``cfg.length``."""
+    torch.manual_seed(cfg.seed)
+    vocab = task.vocab_size + (variant == "sink-token")  # a sink-token model's sink is an entry of its own
+    return build_llama(LlamaLMConfig(vocab, cfg.d_model, layers, 1, 1, cfg.d_ffn, cfg.length + 1, attention=variant,
+                                     sink_token_id=task.vocab_size if variant == "sink-token" else None))
+
+
+def _optimizer(model: CausalLM, cfg, name: str) -> torch.optim.Optimizer:
+    if name not in OPTIMIZERS:
+        raise ConfigError(f"optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}")
+    if name == "sgd":  # the paper's SGD run: momentum 0.9, a 10x higher rate than Adam's
+        return torch.optim.SGD(model.parameters(), lr=cfg.sgd_lr, momentum=0.9, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+
+
+def _with_sink(model: CausalLM, x: torch.Tensor) -> torch.Tensor:
+    """A sink-token model sees its sink in front of BOS (as StreamingLLM's learnable sink); others x itself."""
+    sink = model.sink_token_id
+    return x if sink is None else torch.cat([x.new_full((x.shape[0], 1), sink), x], 1)
+
+
+def nll(model: CausalLM, x: torch.Tensor) -> torch.Tensor:
+    """(B, L-1) next-token loss on x (B, L), BOS predicting the first token included (not the sink's)."""
+    inp = _with_sink(model, x)
+    logits, _ = model(inp, attentions=False)
+    logits = logits[:, inp.shape[1] - x.shape[1]:-1]  # (B, L-1, V)
+    return F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
+
+
+@torch.no_grad()
+def measure(model: CausalLM, task: BBTask, x: torch.Tensor) -> dict:
+    """The probe: loss, Bayes floor and, per layer, the extreme-token measurements (module docstring)."""
+    model.eval()
+    inp = _with_sink(model, x)
+    off = inp.shape[1] - x.shape[1]  # where BOS sits: 1 behind a sink token
+    relu = getattr(model.hf.config, "attention_variant", "softmax") == "relu"
+    values, resids = [], []
+    hooks = [arch.attention(model.hf, i).v.register_forward_hook(lambda m, a, out: values.append(out))
+             for i in range(len(arch.layers(model.hf)))]
+    hooks += [layer.register_forward_hook(lambda m, a, out: resids.append(out[0] if isinstance(out, tuple) else out))
+              for layer in arch.layers(model.hf)]
+    try:
+        logits, maps = model(inp, attentions=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    loss = F.cross_entropy(logits[:, off:-1].transpose(1, 2), x[:, 1:]).item()
+    trig = task.is_trigger(x).to(x.device)
+    trig[:, 0] = False
+    rest = ~trig
+    rest[:, 0] = False  # BOS's own query sees only itself
+    layers = []
+    for a, v, h in zip(maps, values, resids):
+        a = a[:, 0].float()  # (B, S, S): the one head; position 0 is BOS (a sink-token model's sink token)
+        first = a[:, off:, 0]  # (B, L): each query's attention to the first token
+        prev = a.diagonal(-1, -2, -1)[:, off:]  # (B, L-1): query t's attention to t-1 (queries 1..L-1 of x)
+        logp = a[:, off:].clamp_min(1e-30).log()  # (B, L, S)
+        keys = torch.ones_like(logp, dtype=torch.bool).tril(off)  # (B, L, S): the keys query t sees...
+        keys[..., 0] = False  # ...but the first
+        gap = logp[..., 0] - (logp * keys).sum(-1) / keys.sum(-1).clamp_min(1)  # (B, L)
+        layers.append({"dormant": float(first[rest].mean()), "active": float(first[trig].mean()),
+                       "copy": float(prev[trig[:, 1:]].mean()),
+                       "logit_gap": None if relu else float(gap[rest].mean()),  # relu has no logits to read back
+                       "value_ratio": _ratio(v), "resid_ratio": _ratio(h)})
+    model.train()
+    return {"loss": loss, "bayes": float(bayes_nll(task, x.cpu()).mean()), "layers": layers}
+
+
+def _ratio(t: torch.Tensor) -> float:
+    """Position 0's norm over the median of the others', mean over the batch; t (B, L, d)."""
+    n = t.float().norm(dim=-1)  # (B, L)
+    return float((n[:, 0] / n[:, 1:].median(-1).values).mean())
+
+
+def train_bb(task: BBTask, cfg, name: str, layers: int, variant: str = "softmax", optimizer: str = "adam",
+             device: str = "cpu", progress=None) -> BBRun:
+    """Train one BB model for ``cfg.steps`` steps of fresh batches (seeded), measuring every ``cfg.track_every``."""
+    model = build(task, cfg, layers, variant).to(device)
+    opt = _optimizer(model, cfg, optimizer)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    probe = sample(task, cfg.probe_batch, cfg.length, torch.Generator().manual_seed(cfg.seed + 2)).to(device)
+    track = []
+    model.train()
+    for step in range(cfg.steps + 1):
+        if step % cfg.track_every == 0 or step == cfg.steps:
+            track.append({"step": step, **measure(model, task, probe)})
+        if step == cfg.steps:
+            break
+        loss = nll(model, sample(task, cfg.batch, cfg.length, gen).to(device)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if progress is not None:
+            progress.update(1)
+    model.eval()
+    return BBRun(name, layers, variant, optimizer, track, model)
