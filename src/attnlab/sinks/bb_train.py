@@ -116,18 +116,20 @@ def _ratio(t: torch.Tensor) -> float:
 
 
 def train_bb(task: BBTask, cfg, name: str, layers: int, variant: str = "softmax", optimizer: str = "adam",
-             device: str = "cpu", progress=None) -> BBRun:
-    """Train one BB model for ``cfg.steps`` steps of fresh batches (seeded), measuring every ``cfg.track_every``."""
+             device: str = "cpu", progress=None, steps: int | None = None) -> BBRun:
+    """Train one BB model for ``steps`` (default ``cfg.steps``) steps of fresh batches (seeded), measuring every
+    ``cfg.track_every``."""
+    steps = cfg.steps if steps is None else steps
     model = build(task, cfg, layers, variant).to(device)
     opt = _optimizer(model, cfg, optimizer)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     probe = sample(task, cfg.probe_batch, cfg.length, torch.Generator().manual_seed(cfg.seed + 2)).to(device)
     track = []
     model.train()
-    for step in range(cfg.steps + 1):
-        if step % cfg.track_every == 0 or step == cfg.steps:
+    for step in range(steps + 1):
+        if step % cfg.track_every == 0 or step == steps:
             track.append({"step": step, **measure(model, task, probe)})
-        if step == cfg.steps:
+        if step == steps:
             break
         loss = nll(model, sample(task, cfg.batch, cfg.length, gen).to(device)).mean()
         opt.zero_grad()
