@@ -12,7 +12,7 @@ from attnlab.sinks import backcopy, bb_train
 
 TINY = ["--set", "length=12", "--set", "d_model=16", "--set", "d_ffn=32", "--set", "batch=8", "--set", "steps=6",
         "--set", "track_every=3", "--set", "probe_batch=4", "--set", "window=8", "--set", "stream_tokens=24",
-        "--set", "workers=1", "--set", "deep_layers=2", "--set", "main_steps=9"]
+        "--set", "workers=1", "--set", "deep_layers=2", "--set", "main_steps=9", "--set", "text_steps=3"]
 
 
 def test_a_tiny_run_tracks_every_run_and_checks_its_claims(tmp_path):
@@ -27,7 +27,8 @@ def test_a_tiny_run_tracks_every_run_and_checks_its_claims(tmp_path):
         for layer in run["track"][-1]["layers"]:
             assert 0 <= layer["dormant"] <= 1 and layer["value_ratio"] > 0 and layer["resid_ratio"] > 0
     assert m["runs"]["relu"]["track"][-1]["layers"][0]["logit_gap"] is None
-    assert set(m["stream"]) == {"0+8", "1+7", "4+4"}
+    assert set(m["stream"]) == {"0+8", "1+7", "4+4"} and set(m["then_text"]["stream"]) == {"0+8", "1+7", "4+4"}
+    assert [t["step"] for t in m["then_text"]["track"]] == [0, 3]  # the BB model, then 3 steps of text
     claims = {c["claim"].split(":")[0]: c for c in m["claims"]}
     assert {"a sink emerges", "residual-state peak", "evicting the sink hurts",
             "ReLU attention removes the sink", "SGD instead of Adam removes the sink"} <= set(claims)

@@ -119,11 +119,20 @@ def train_bb(task: BBTask, cfg, name: str, layers: int, variant: str = "softmax"
              device: str = "cpu", progress=None, steps: int | None = None) -> BBRun:
     """Train one BB model for ``steps`` (default ``cfg.steps``) steps of fresh batches (seeded), measuring every
     ``cfg.track_every``."""
-    steps = cfg.steps if steps is None else steps
     model = build(task, cfg, layers, variant).to(device)
+    probe = sample(task, cfg.probe_batch, cfg.length, torch.Generator().manual_seed(cfg.seed + 2)).to(device)
+    track = fit(model, task, cfg, lambda g: sample(task, cfg.batch, cfg.length, g), probe,
+                cfg.steps if steps is None else steps, optimizer, progress)
+    return BBRun(name, layers, variant, optimizer, track, model)
+
+
+def fit(model: CausalLM, task: BBTask, cfg, batches, probe: torch.Tensor, steps: int, optimizer: str = "adam",
+        progress=None) -> list[dict]:
+    """``steps`` steps on ``batches(generator)`` (B, L) from a seeded generator, :func:`measure` on ``probe`` every
+    ``cfg.track_every`` steps and at the end: the track."""
+    device = next(model.parameters()).device
     opt = _optimizer(model, cfg, optimizer)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
-    probe = sample(task, cfg.probe_batch, cfg.length, torch.Generator().manual_seed(cfg.seed + 2)).to(device)
     track = []
     model.train()
     for step in range(steps + 1):
@@ -131,11 +140,25 @@ def train_bb(task: BBTask, cfg, name: str, layers: int, variant: str = "softmax"
             track.append({"step": step, **measure(model, task, probe)})
         if step == steps:
             break
-        loss = nll(model, sample(task, cfg.batch, cfg.length, gen).to(device)).mean()
+        loss = nll(model, batches(gen).to(device)).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         if progress is not None:
             progress.update(1)
     model.eval()
-    return BBRun(name, layers, variant, optimizer, track, model)
+    return track
+
+
+def text_windows(task: BBTask, ids: torch.Tensor, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """(batch, length) windows of a text's symbol ids (N,) at random offsets, each after a BOS: the BB model's
+    vocabulary on natural text."""
+    starts = torch.randint(0, ids.numel() - length, (batch,), generator=gen)
+    x = torch.stack([ids[s:s + length - 1] for s in starts.tolist()])  # (B, L-1)
+    return torch.cat([x.new_full((batch, 1), task.bos), x], 1)
+
+
+def encode(task: BBTask, text: str) -> torch.Tensor:
+    """(N,) symbol ids of ``text`` (every character must be one of the task's symbols)."""
+    index = {c: i for i, c in enumerate(task.symbols)}
+    return torch.tensor([index[c] for c in text])

@@ -31,7 +31,7 @@ from attnlab.data.sources import read_corpus
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.sinks.backcopy import from_text, sample
-from attnlab.sinks.bb_train import build, train_bb
+from attnlab.sinks.bb_train import build, encode, fit, text_windows, train_bb
 from attnlab.sinks.plots import backcopy_figure, backcopy_maps
 from attnlab.sinks.table import label, sink_table
 
@@ -50,6 +50,7 @@ class BackcopyConfig:
     batch: int = 64
     steps: int = 2500
     main_steps: int = 6000  # the 1-layer softmax model trains on: the stable phase after the sink forms
+    text_steps: int = 1000  # then a copy of it trains on the text itself (its characters; 0: not)
     lr: float = 3e-3  # AdamW, betas (0.9, 0.99), as the paper's
     sgd_lr: float = 0.03  # the paper's SGD run: momentum 0.9
     weight_decay: float = 1e-4
@@ -111,10 +112,11 @@ def _first(track: list[dict], key, threshold: float) -> int | None:
           "active vs dormant attention, value drain, residual peak over training; ReLU, SGD and the softmax "
           "variants; StreamingLLM's table on a model that has a sink.", BackcopyConfig,
           quick={"length": 24, "d_model": 96, "d_ffn": 384, "lr": 6e-3, "steps": 900, "track_every": 50,
-                 "main_steps": 900, "deep_layers": 0, "interventions": ("relu", "sgd"), "window": 12,
+                 "main_steps": 900, "text_steps": 0, "deep_layers": 0, "interventions": ("relu", "sgd"), "window": 12,
                  "stream_tokens": 256})
 def run_backcopy(cfg: BackcopyConfig, ctx) -> Result:
-    task = from_text("\n".join(read_corpus(cfg.text, "text", "--set text=PATH")), cfg.k)
+    text = "\n".join(read_corpus(cfg.text, "text", "--set text=PATH"))
+    task = from_text(text, cfg.k)
     jobs = {name: (task, cfg, name, *spec) for name, spec in _runs(cfg).items()}
     with ctx.progress(len(jobs), f"BB training runs ({min(cfg.workers, len(jobs))} at once)") as bar:
         done = in_processes(_job, jobs, cfg.workers, bar)
@@ -134,12 +136,41 @@ def run_backcopy(cfg: BackcopyConfig, ctx) -> Result:
     ctx.savefig(backcopy_maps(maps[0][0, 0], probe[0], task), "backcopy_map.png")
     claims = _claims(cfg, tracks, table) + [finding(f"Gu et al.'s Sink_0^0.3 of the 1-layer model (its one head) on "
                                                     f"{cfg.probe_batch} held-out BB sequences", gu)]
+    then_text = _then_text(cfg, task, text, done["1-layer"][1], ctx) if cfg.text_steps else None
+    if then_text:
+        claims += then_text["findings"]
     metrics = {"task": {"text": cfg.text, "symbols": task.n_symbols, "triggers": [task.symbols[i] for i in
                                                                                   task.triggers.tolist()]},
                "runs": {name: {"layers": spec[0], "variant": spec[1], "optimizer": spec[2], "track": tracks[name]}
                         for name, spec in _runs(cfg).items()},
-               "stream": {label(n, cfg.window): loss for n, loss in table.items()}, "sink_rate_0": gu}
+               "stream": {label(n, cfg.window): loss for n, loss in table.items()}, "sink_rate_0": gu,
+               "then_text": None if then_text is None else {k: v for k, v in then_text.items() if k != "findings"}}
     return Result(claims, metrics, _captions(cfg), _summary(cfg, tracks, table))
+
+
+def _then_text(cfg: BackcopyConfig, task, text: str, state: dict, ctx) -> dict:
+    """The 1-layer BB model trained on ``text_steps`` of the text's own characters (windows after a BOS): does it
+    keep its sink, and does evicting it now hurt? Findings (the issue asks "if that keeps the sink")."""
+    model = build(task, cfg, 1, "softmax")
+    model.load_state_dict(state)
+    ids = encode(task, text)
+    cut = round(0.95 * ids.numel())  # the last 5% held out: probe and stream
+    train, held = ids[:cut], ids[cut:]
+    probe = text_windows(task, held, cfg.probe_batch, cfg.length, torch.Generator().manual_seed(cfg.seed + 4))
+    with ctx.progress(cfg.text_steps, "BB model on text") as bar:
+        track = fit(model, task, cfg, lambda g: text_windows(task, train, cfg.batch, cfg.length, g), probe,
+                    cfg.text_steps, progress=bar)
+    stream = torch.cat([torch.tensor([task.bos]), held[:cfg.stream_tokens - 1]])
+    nll = sink_table(model.hf, stream, cfg.window, (0, 1, 4))
+    table = {n: float(np.mean(v[cfg.window:])) for n, v in nll.items()}
+    first, last = track[0]["layers"][0], track[-1]["layers"][0]
+    w = cfg.window
+    found = [finding(f"BB model then {cfg.text_steps} steps of the text's characters: attention to BOS from "
+                     f"non-trigger queries on held-out text (was {first['dormant']:.3f} before; value ratio "
+                     f"{last['value_ratio']:.3f})", last["dormant"]),
+             finding(f"that model streamed through {label(0, w)} over {label(1, w)}, minus 1 (held-out text, after "
+                     f"the first {w} tokens; {label(4, w)}: {table[4]:.4f})", table[0] / table[1] - 1)]
+    return {"track": track, "stream": {label(n, w): v for n, v in table.items()}, "findings": found}
 
 
 def _end(track: list[dict], layer: int = 0) -> dict:
