@@ -181,9 +181,9 @@ def _claims(cfg: BackcopyConfig, tracks: dict, table: dict) -> list:
     one = tracks["1-layer"]
     end = _end(one)
     sink_step = _first(one, lambda t: t["layers"][0]["dormant"], cfg.sink_min)
-    out = [check(f"a sink emerges: the 1-layer head's attention to BOS from non-trigger queries at step {cfg.steps} "
-                 f"(dormant; first >= {cfg.sink_min} at step {sink_step})", end["dormant"], cfg.sink_min, 0,
-                 "at_least"),
+    out = [check(f"a sink emerges: the 1-layer head's attention to BOS from non-trigger queries at step "
+                 f"{one[-1]['step']} (dormant; first >= {cfg.sink_min} at step {sink_step})", end["dormant"],
+                 cfg.sink_min, 0, "at_least"),
            check("active on triggers: trigger queries' attention to BOS at the end (they attend to the token before, "
                  f"{end['copy']:.2f})", end["active"], cfg.active_max, 0, "at_most"),
            check("value-state drain: BOS's value norm over the median of the other tokens'", end["value_ratio"],
@@ -267,7 +267,8 @@ def _summary(cfg, tracks: dict, table: dict) -> str:
         rows.append(f"| {name} | {e['dormant']:.3f} | {e['active']:.3f} | {e['copy']:.3f} | {e['value_ratio']:.3f} | "
                     f"{max(x['resid_ratio'] for x in last['layers']):.2f} | {last['loss'] - last['bayes']:.4f} |")
     stream = ", ".join(f"{label(n, cfg.window)}: {v:.4f}" for n, v in table.items())
-    return (f"BB on {cfg.text}'s characters (k={cfg.k} triggers), sequences of {cfg.length}, {cfg.steps} steps of "
+    return (f"BB on {cfg.text}'s characters (k={cfg.k} triggers), sequences of {cfg.length}, {cfg.steps} steps "
+            f"(the 1-layer model {max(cfg.steps, cfg.main_steps)}) of "
             f"{cfg.batch} (AdamW lr {cfg.lr:g}; SGD lr {cfg.sgd_lr:g}), d_model {cfg.d_model}, one head per layer. "
             f"Values at the end, first token (BOS):\n\n" + "\n".join(rows)
             + f"\n\nStreaming BB loss of the 1-layer model, rolling positions, after the first {cfg.window} tokens: "
