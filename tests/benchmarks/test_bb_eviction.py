@@ -1,22 +1,13 @@
 """benchmarks/bb_eviction.py's measure: a dormant row's attention renormalised without BOS, split into the query
 itself, the token before and the rest, with its entropy beside an even spread's."""
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
-
-@pytest.fixture
-def bb(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import bb_eviction
-    return bb_eviction
-
-
-def test_rows_renormalised_without_bos_split_as_written(bb):
+def test_rows_renormalised_without_bos_split_as_written(load_benchmark):
+    bb = load_benchmark("bb_eviction")
     attn = torch.zeros(1, 4, 4)
     attn[0, 3] = torch.tensor([0.6, 0.1, 0.1, 0.2])  # query 3: BOS 0.6; without it 0.25 / 0.25 / 0.5 on keys 1..3
     dormant = torch.tensor([[False, False, False, True]])

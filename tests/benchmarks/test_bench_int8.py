@@ -1,7 +1,5 @@
 """benchmarks/bench_int8.py and bench_decode.py compare equal work: every kernel computes the same product, and
 the decode benchmark's GEMV chain reads every projection the model reads per token."""
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,15 +7,10 @@ import torch.nn.functional as F
 from attnlab.quant.transform import projections
 from tiny_models import tiny
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import bench_int8
-
-    return bench_int8
+def bench(load_benchmark):
+    return load_benchmark("bench_int8")
 
 
 def test_every_kernel_computes_the_fp32_product_to_its_rounding(bench):
@@ -35,10 +28,8 @@ def test_every_kernel_computes_the_fp32_product_to_its_rounding(bench):
     assert kernels["int8pack bf16"][1] < kernels["bf16"][1] < kernels["fp32"][1]
 
 
-def test_the_decode_chain_reads_every_projection_once(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import bench_decode
-
+def test_the_decode_chain_reads_every_projection_once(load_benchmark, monkeypatch):
+    bench_decode = load_benchmark("bench_decode")
     model = tiny("llama")
     calls = []
     monkeypatch.setattr(bench_decode.int8, "linear", lambda x, w: calls.append(w.q.shape) or x)

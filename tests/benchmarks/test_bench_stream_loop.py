@@ -1,19 +1,12 @@
 """benchmarks/bench_stream_loop.py on a tiny model of SmolLM2's shape: every loop decodes the same tokens to
 the same NLL, and the report names each loop with its ratio to the plain one."""
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import bench_stream_loop
-
-    import shapes
+def bench(load_benchmark, monkeypatch):
+    bench_stream_loop, shapes = load_benchmark("bench_stream_loop"), load_benchmark("shapes")
 
     for key, value in {"vocab_size": 300, "hidden_size": 36, "intermediate_size": 64, "num_hidden_layers": 2,
                        "max_position_embeddings": 128}.items():

@@ -1,19 +1,12 @@
 """benchmarks/gpu_smoke.py without a GPU: its random model is a folder attnlab loads and runs, its verdicts
 tell a device crash from other failures, and an unknown experiment is refused."""
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def smoke(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import gpu_smoke
-
-    import shapes
+def smoke(load_benchmark, monkeypatch):
+    gpu_smoke, shapes = load_benchmark("gpu_smoke"), load_benchmark("shapes")
 
     # SmolLM2's shape at a test's size: the same keys, so the folder is built as the real one is
     for key, value in {"vocab_size": 300, "hidden_size": 36, "intermediate_size": 64,
