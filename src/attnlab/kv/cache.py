@@ -121,7 +121,7 @@ class PolicyCache(Cache):
             layer.load_state_dict(s)
 
     def kv_bytes(self) -> int:
-        """Bytes held by the stored keys and values, all layers."""
+        """Bytes of the stored keys and values, all layers (a growing layer's buffers keep headroom beyond them)."""
         return sum(l.keys.nbytes + l.values.nbytes for l in self.layers if l.is_initialized)
 
     def stored(self, layer_idx: int = 0) -> int:
