@@ -42,11 +42,12 @@ def sink_rate(maps: list[torch.Tensor], eps: float = 0.3, k_max: int = 10) -> li
     return (imp > eps).float().mean(0).tolist()
 
 
-def position_norm_ratio(h: torch.Tensor) -> torch.Tensor:
-    """h: (B, T, d) hidden states -> the norm at position 0 over the mean norm at positions 1.., averaged
-    over the batch: about 1 without a massive activation on the first token, >> 1 with one."""
+def position_norm_ratio(h: torch.Tensor, others: str = "mean") -> torch.Tensor:
+    """h: (B, T, d) hidden states -> the norm at position 0 over the mean (or ``others="median"``) norm at
+    positions 1.., averaged over the batch: about 1 without a massive activation on the first token, >> 1 with one."""
     norms = h.float().norm(dim=-1)  # (B, T)
-    return (norms[:, 0] / norms[:, 1:].mean(-1)).mean()
+    rest = norms[:, 1:].median(-1).values if others == "median" else norms[:, 1:].mean(-1)
+    return (norms[:, 0] / rest).mean()
 
 
 def received_attention(probs: torch.Tensor) -> torch.Tensor:

@@ -50,8 +50,8 @@ class PolicyLayer(CacheLayerMixin):
 
     # -- storage: each slot tensor is a view of the first S slots of a buffer with headroom -----------------
     # Why: appending by torch.cat copies the whole cache every step, and the per-slot bookkeeping (positions,
-    # validity, scores, the new slots' indices) cost four small ops per layer per step: on a GPU, where a
-    # small model's decode step is bound by kernel launches, that was a tenth of the step. In the headroom,
+    # validity, scores, the new slots' indices) cost four small ops per layer per step: on a GPU a small
+    # model's decode step is bound by kernel launches, and each op is one more. In the headroom,
     # ``pos`` already holds the stream indices the next appended tokens will have, ``valid`` True and ``score``
     # 0, so an append writes keys and values alone.
     def _adopt(self, **slots) -> None:

@@ -82,9 +82,13 @@ def _sink(module) -> torch.Tensor | None:
     return getattr(module, "sinks", None)
 
 
+def _relu(module) -> bool:
+    return getattr(module, "relu", False)
+
+
 def variant_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """Fused SDPA when the normaliser is softmax (no maps), the eager variant normaliser when it is not."""
-    if _sink(module) is None and not getattr(module, "relu", False):
+    if _sink(module) is None and not _relu(module):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     return maps_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling)
@@ -100,7 +104,7 @@ def maps_attention(module, query, key, value, attention_mask, dropout=0.0, scali
     else:
         mask = None
     out, probs = eager_attention(query, key, value, scaling, mask, _sink(module), dropout, module.training,
-                                 relu=getattr(module, "relu", False))
+                                 relu=_relu(module))
     return out.transpose(1, 2).contiguous(), probs
 
 

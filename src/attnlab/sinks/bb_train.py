@@ -21,9 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.core.errors import ConfigError
+from attnlab.core.metrics import position_norm_ratio
 from attnlab.models import arch
 from attnlab.models.causal_lm import CausalLM, LlamaLMConfig, build_llama
 from attnlab.sinks.backcopy import BBTask, bayes_nll, sample
+from attnlab.train.batching import prepend
 
 OPTIMIZERS = ("adam", "sgd")
 
@@ -59,7 +61,7 @@ def _optimizer(model: CausalLM, cfg, name: str) -> torch.optim.Optimizer:
 def _with_sink(model: CausalLM, x: torch.Tensor) -> torch.Tensor:
     """A sink-token model sees its sink in front of BOS (as StreamingLLM's learnable sink); others x itself."""
     sink = model.sink_token_id
-    return x if sink is None else torch.cat([x.new_full((x.shape[0], 1), sink), x], 1)
+    return x if sink is None else prepend(x, sink)
 
 
 def nll(model: CausalLM, x: torch.Tensor) -> torch.Tensor:
@@ -104,15 +106,10 @@ def measure(model: CausalLM, task: BBTask, x: torch.Tensor) -> dict:
         layers.append({"dormant": float(first[rest].mean()), "active": float(first[trig].mean()),
                        "copy": float(prev[trig[:, 1:]].mean()),
                        "logit_gap": None if relu else float(gap[rest].mean()),  # relu has no logits to read back
-                       "value_ratio": _ratio(v), "resid_ratio": _ratio(h)})
+                       "value_ratio": float(position_norm_ratio(v, "median")),
+                       "resid_ratio": float(position_norm_ratio(h, "median"))})
     model.train()
     return {"loss": loss, "bayes": float(bayes_nll(task, x.cpu()).mean()), "layers": layers}
-
-
-def _ratio(t: torch.Tensor) -> float:
-    """Position 0's norm over the median of the others', mean over the batch; t (B, L, d)."""
-    n = t.float().norm(dim=-1)  # (B, L)
-    return float((n[:, 0] / n[:, 1:].median(-1).values).mean())
 
 
 def train_bb(task: BBTask, cfg, name: str, layers: int, variant: str = "softmax", optimizer: str = "adam",
