@@ -44,6 +44,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2000, help="training steps (the experiment's setup otherwise)")
     add_out(ap)
     args = ap.parse_args(argv)
+    if args.steps < 1:
+        ap.error(f"--steps {args.steps}: give 1 or more training steps")
     cfg = get("sink-backcopy").config_cls(steps=args.steps, track_every=args.steps)  # the experiment's setup
     task = backcopy.from_text("\n".join(read_corpus(cfg.text, "text")), cfg.k)
     with recorded(args.out, figures := {}):

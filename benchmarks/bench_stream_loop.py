@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from attnlab.core.errors import UsageError
 from attnlab.evals.streaming import stream_nll
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
@@ -83,6 +84,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="passes per variant, in turns (default 5)")
     add_out(ap)
     args = ap.parse_args(argv)
+    if min(args.tokens, args.repeats, args.budget) < 1:
+        ap.error(f"--tokens {args.tokens}, --repeats {args.repeats}, --budget {args.budget}: each must be 1 or more")
+    try:
+        make_policy("sinks", budget=args.budget)  # a budget the sinks cannot fit in: refused before any work
+    except UsageError as e:
+        ap.error(f"--budget {args.budget}: {e}")
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_stream_loop: no CUDA device here; use --device cpu", file=sys.stderr)
         return 2

@@ -99,6 +99,8 @@ def main(argv=None) -> int:
                         "machine's CPU cores and memory allow several)")
     add_out(p)
     args = p.parse_args(argv)
+    if args.jobs < 1 or args.limit < 1 or args.layers < 1:
+        p.error(f"--jobs {args.jobs}, --limit {args.limit}, --layers {args.layers}: each must be 1 or more")
     known = load_all()
     names = [n for n in args.only.split(",") if n] or list(known)
     unknown = [n for n in names if n not in known]
