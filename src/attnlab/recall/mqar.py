@@ -27,16 +27,21 @@ class MQAR:
     n_values: int = 64
     n_filler: int = 16
     pairs: int = 8
-    queries: int = 4  # of the pairs, queried in a random order
+    queries: int = 4  # each asks for one of the pairs
     gap: int = 16  # filler tokens between the last pair and the first query
+    # queries drawn with replacement (training: drawn without, a model scores 1/P + 1/(P-1) + ... by naming a
+    # value not asked for yet, a shortcut that hides whether it recalls); False: distinct pairs (streaming: each
+    # query's only earlier occurrence is its pair, never an earlier query of the same key)
+    repeat: bool = True
 
     def __post_init__(self):
         if min(self.n_keys, self.n_values, self.n_filler, self.pairs, self.queries) < 1 or self.gap < 0:
             raise ConfigError("MQAR needs n_keys, n_values, n_filler, pairs and queries >= 1 and gap >= 0")
+        if not self.repeat and self.queries > self.pairs:
+            raise ConfigError(f"queries={self.queries} distinct pairs out of pairs={self.pairs}: give queries <= pairs "
+                              "or repeat=True")
         if self.pairs > self.n_keys:
             raise ConfigError(f"pairs={self.pairs} distinct keys out of n_keys={self.n_keys}: give pairs <= n_keys")
-        if self.queries > self.pairs:
-            raise ConfigError(f"queries={self.queries} > pairs={self.pairs}: a query asks for one of the pairs")
 
     @property
     def bos(self) -> int:
@@ -53,11 +58,15 @@ class MQAR:
 
 def sample(task: MQAR, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(x (B, L) long, scored (B, L) bool: the query keys, whose next token is their value; distance (B, L) long:
-    at a query key, how many positions back its pair's key stands (0 elsewhere))."""
+    at a query key, how many positions back its pair's key stands (0 elsewhere; with ``repeat``, an earlier query
+    of the same key may stand nearer))."""
     p, q = task.pairs, task.queries
     keys = torch.rand(batch, task.n_keys, generator=generator).argsort(-1)[:, :p]  # (B, P) distinct
     values = task.n_keys + torch.randint(0, task.n_values, (batch, p), generator=generator)  # (B, P)
-    asked = torch.rand(batch, p, generator=generator).argsort(-1)[:, :q]  # (B, Q) which pairs, in query order
+    if task.repeat:  # (B, Q) which pair each query asks for
+        asked = torch.randint(0, p, (batch, q), generator=generator)
+    else:
+        asked = torch.rand(batch, p, generator=generator).argsort(-1)[:, :q]
     # drawn last: the same seed gives the same pairs and queries at every gap
     filler = task.n_keys + task.n_values + torch.randint(0, task.n_filler, (batch, task.gap), generator=generator)
     qk, qv = keys.gather(1, asked), values.gather(1, asked)  # (B, Q)

@@ -61,3 +61,33 @@ def rouge_figure(mean: dict[str, dict]):
     ax2.set_xticks(x, names, rotation=30, ha="right")
     ax2.set(ylabel="share", title="repeated word trigrams")
     return fig
+
+
+def mqar_distance_figure(by_distance: dict[str, dict[int, float]], budget: int, width: int):
+    """Recall vs distance (bin starts, tokens), one line per cache; the budget as a dotted line."""
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    for name, d in by_distance.items():
+        starts = sorted(d)
+        ax.plot([b + width / 2 for b in starts], [d[b] for b in starts], marker="o", ms=3, label=name,
+                lw=2.5 if name == "full" else 1.5)
+    ax.axvline(budget, ls=":", c="k", lw=1)
+    ax.set(xlabel="distance from the query back to its pair (tokens)", ylabel="recall", ylim=(-0.03, 1.03),
+           title=f"MQAR recall under eviction (budget {budget})")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def mqar_kept_figure(first: dict[str, list[float]], pairs: int, gap: int):
+    """Rows: caches; columns: stream positions; cells: share of (layer, head, sequence) holding the position at
+    the first query. The pairs region (after BOS) and the filler are marked."""
+    names = list(first)
+    held = np.array([first[n] for n in names])
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.4), layout="constrained")
+    im = ax.imshow(held, cmap="magma", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    for edge in (0.5, 2 * pairs + 0.5, 2 * pairs + gap + 0.5):  # BOS | pairs | filler | queries
+        ax.axvline(edge, c="c", lw=0.8)
+    ax.set_yticks(range(len(names)), names)
+    ax.set(xlabel=f"stream position (BOS, {pairs} pairs, {gap} filler, the queries)",
+           title="what each cache holds at the first query")
+    fig.colorbar(im, ax=ax, label="share held")
+    return fig
