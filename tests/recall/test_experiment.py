@@ -4,7 +4,7 @@ import json
 import pytest
 
 from attnlab.cli import main
-from attnlab.recall.experiments import StreamEvalConfig, _claims, _findings
+from attnlab.recall.experiments import StreamEvalConfig, _claims, _findings, _passkey_claims
 from tiny_models import save_hf
 
 SETS = ["--set", "lines=12", "--set", "query_every=3", "--set", "distances=2,7", "--set", "budgets=140",
@@ -44,6 +44,7 @@ def _same_answers(one, two):
     (["--set", "positions=absolute"], "positions"),
     (["--set", "answer_tokens=0"], "answer_tokens"),
     (["--set", "chat=true"], "has no chat template: use an instruction-tuned model or drop chat"),
+    (["--set", "lines=0", "--set", "passkey_length=0"], "nothing to stream"),
 ])
 def test_bad_configs_are_one_line_and_exit_2(tmp_path, capsys, sets, message):
     save_hf(tmp_path / "m")
@@ -77,3 +78,20 @@ def test_what_an_evicted_value_cannot_answer_is_a_finding_and_scored_policies_re
     found = {c.claim.split(":")[0]: c.measured for c in _findings(cfg, runs) if "(layer, KV head)" in c.claim}
     assert list(found) == ["sinks+h2o 100", "knorm 100"]
     assert cfg.recent_windows() == {"sinks+h2o 100": 50, "knorm 100": 0}
+
+
+def _passkeys(correct, kept):
+    return {"passkey": [{"correct": c, "kept": k} for c, k in zip(correct, kept)]}
+
+
+def test_the_passkey_checks_the_seeds_statements_about_h2o_against_sinks_window():
+    """h2o ("StreamingLLM is a subset of H2O") and sinks+h2o (StreamH2O) must find at least as many passkeys as
+    sinks+window at the passkey budget; a failure says where each policy still held the passkey."""
+    cfg = StreamEvalConfig(lines=0, passkey_budget=100, passkey_depths=(0.0, 0.5, 1.0))
+    runs = {"passkey: sinks 4+96": _passkeys([False, True, True], [0.0, 1.0, 1.0]),
+            "passkey: h2o 100": _passkeys([False, False, True], [0.0, 0.0, 1.0]),
+            "passkey: sinks+h2o 100": _passkeys([True, True, True], [1.0, 1.0, 1.0])}
+    claims = _passkey_claims(cfg, runs)
+    assert [c.status for c in claims] == ["finding"] * 3 + ["fails", "holds"]
+    assert [c.measured for c in claims[3:]] == [-1, 1]
+    assert "0.00, 0.00, 1.00 (sinks+window: 0.00, 1.00, 1.00)" in claims[3].note and claims[4].note is None

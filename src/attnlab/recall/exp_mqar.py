@@ -213,7 +213,9 @@ def run_recall_under_eviction(cfg: MQARConfig, ctx) -> Result:
                "by_mass": by_mass, "recent": recent,
                "kept_at_first_query": {n: r["first"] for n, r in s["caches"].items()}}
     captions = {"recall_distance.png": f"Recall by the distance from a query back to its pair (bins of {cfg.bin} "
-                                       f"tokens), per cache at budget {cfg.budget}; the dotted line is the budget.",
+                                       f"tokens), per cache at budget {cfg.budget}; the vertical line is the budget. "
+                                       "sinks' zig-zag beyond it is pair 1, whose value sits in a sink slot (BOS, "
+                                       "k1, v1, k2): its distances fall in every other bin.",
                 "recall_kept.png": f"At the first query of the gap-{max(cfg.eval_gaps)} sequences: the share of "
                                    "(layer, head, sequence) holding each stream position, per cache. The pairs "
                                    "come first, then the filler, then the queries."}

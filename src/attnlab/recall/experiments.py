@@ -10,7 +10,12 @@ Claims, fixed before the first run (thresholds in the config):
 2. per budget, sinks+window answers as well as the full cache while the value is inside its window:
    accuracy on those queries >= ``inside_vs_dense`` x the full cache's on the same queries;
 3. per budget, the seed's StreamH2O claim: on the queries whose value is older than sinks+h2o's recent
-   window, sinks+h2o answers more of them than sinks+window (at least one more).
+   window, sinks+h2o answers more of them than sinks+window (at least one more);
+4. the passkey at ``passkey_budget`` (since 2026-11-26; findings before), the seed's two statements about H2O:
+   "StreamingLLM is a subset of H2O" (h2o finds at least as many passkeys as sinks+window) and StreamH2O
+   (sinks+h2o finds at least as many as sinks+window).
+
+``lines=0`` streams the passkey alone (claim 4; no StreamEval stream).
 
 Measured besides: sinks+window's accuracy once the value is evicted (the seed's table: 0; a finding since
 2026-11-25 -- an evicted value cannot be read from the cache, so as a claim it could not fail); for the
@@ -39,7 +44,7 @@ FULL = "full"
 @dataclass(frozen=True)
 class StreamEvalConfig:
     model: str = "smollm2"
-    lines: int = 160
+    lines: int = 160  # 0: no StreamEval stream (the passkey alone)
     query_every: int = 4  # StreamEval asks every 10 lines; more queries per token streamed here
     distances: tuple[int, ...] = (3, 6, 12, 24, 48)  # lines; ~21 SmolLM2 tokens a line, plus the queries between
     seed: int = 0
@@ -59,7 +64,10 @@ class StreamEvalConfig:
     inside_vs_dense: float = 0.75
 
     def __post_init__(self):
-        StreamSpec(self.lines, self.query_every, self.distances, self.seed)  # its own checks
+        if self.lines:
+            StreamSpec(self.lines, self.query_every, self.distances, self.seed)  # its own checks
+        elif not self.passkey_length:
+            raise ConfigError("lines=0 and passkey_length=0 leave nothing to stream: give one of them")
         if unknown := [p for p in self.policies if p not in POLICIES or p == FULL]:
             raise ConfigError(f"policies {unknown}: use some of {', '.join(n for n in POLICIES if n != FULL)} "
                               "(the full cache always runs)")
@@ -90,8 +98,10 @@ def label(policy: str, budget: int | None, n_sink: int) -> str:
 
 
 def _jobs(cfg: StreamEvalConfig) -> dict[str, tuple]:
-    jobs = {label(FULL, None, 0): (stream_job, cfg, FULL, None)}
-    jobs |= {label(p, b, cfg.n_sink): (stream_job, cfg, p, b) for b in cfg.budgets for p in cfg.policies}
+    jobs = {}
+    if cfg.lines:
+        jobs[label(FULL, None, 0)] = (stream_job, cfg, FULL, None)
+        jobs |= {label(p, b, cfg.n_sink): (stream_job, cfg, p, b) for b in cfg.budgets for p in cfg.policies}
     if cfg.passkey_length:
         for p in (FULL, *cfg.policies):
             b = None if p == FULL else cfg.passkey_budget
@@ -156,9 +166,34 @@ def _findings(cfg: StreamEvalConfig, runs: dict[str, dict]) -> list:
                                    "window, "
                                    f"{'right' if ok else 'wrong'} answers ({len(kept)})",
                                    float(np.mean(kept)) if kept else float("nan")))
-        if "passkey" in r:
+        if "passkey" in r and name.endswith(FULL):
             out.append(finding(f"{name}: passkey accuracy over depths {cfg.passkey_depths} at {cfg.passkey_length} "
                                "tokens", _accuracy(r["passkey"])))
+    return out
+
+
+def _passkey_claims(cfg: StreamEvalConfig, runs: dict[str, dict]) -> list:
+    """Each policy's passkey accuracy, and the seed's statements about H2O checked against sinks+window's."""
+    found = {p: runs[f"passkey: {label(p, cfg.passkey_budget, cfg.n_sink)}"]["passkey"] for p in cfg.policies}
+    out = [finding(f"passkey: {label(p, cfg.passkey_budget, cfg.n_sink)}: passkey accuracy over depths "
+                   f"{cfg.passkey_depths} at {cfg.passkey_length} tokens", _accuracy(rows))
+           for p, rows in found.items()]
+    said = {"h2o": "StreamingLLM is a subset of H2O (the seed)",
+            "sinks+h2o": "StreamH2O (the seed: heavy hitters help with what is lost in the middle)"}
+    for p in [p for p in said if p in found and "sinks" in found]:
+        rows, base = found[p], found["sinks"]
+        right, right_base = sum(r["correct"] for r in rows), sum(r["correct"] for r in base)
+        c = check(f"passkey at budget {cfg.passkey_budget}, {said[p]}: {p} finds at least as many of the {len(rows)} "
+                  f"passkeys as sinks+window ({right} vs {right_base}; depths {cfg.passkey_depths}, "
+                  f"{cfg.passkey_length} tokens): {p} minus sinks+window", right - right_base, 0, 0, "at_least")
+        held = ", ".join(f"{r['kept']:.2f}" for r in rows)
+        held_base = ", ".join(f"{r['kept']:.2f}" for r in base)
+        recent = make_policy(p, cfg.passkey_budget, n_sink=cfg.n_sink).n_recent(cfg.passkey_budget)
+        out.append(c if c.holds else c.because(
+            f"share of (layer, KV head) pairs holding the passkey at the question, by depth: {held} (sinks+window: "
+            f"{held_base}); {p} keeps a recent window of {recent} of its {cfg.passkey_budget} slots and spends the "
+            "rest on heavy hitters: a share of 0 where sinks+window holds 1 is a passkey inside sinks+window's "
+            "window but outside its own, and not a heavy hitter"))
     return out
 
 
@@ -169,19 +204,20 @@ def _findings(cfg: StreamEvalConfig, runs: dict[str, dict]) -> list:
 def run_streameval_experiment(cfg: StreamEvalConfig, ctx) -> Result:
     runs = _run_jobs(cfg, ctx)
     streams = {k: v for k, v in runs.items() if "answers" in v}
-    claims = _claims(cfg, streams)
+    claims = (_claims(cfg, streams) if streams else []) + (_passkey_claims(cfg, runs) if cfg.passkey_length else [])
     if not cfg.checked:
         claims = [finding(c.claim, c.measured) for c in claims]
     claims += _findings(cfg, runs)
-    figures = [ctx.savefig(accuracy_figure(streams, cfg.distances), "streameval_accuracy.png")]
-    if scored := [k for k in streams if k in cfg.recent_windows()]:
-        figures.append(ctx.savefig(kept_figure(streams, scored, cfg.distances), "streameval_kept.png"))
-    table = _table(cfg, streams)
+    figures, table, summary = [], None, f"{cfg.model}: the passkey alone (lines=0)."
+    if streams:
+        figures = [ctx.savefig(accuracy_figure(streams, cfg.distances), "streameval_accuracy.png")]
+        if scored := [k for k in streams if k in cfg.recent_windows()]:
+            figures.append(ctx.savefig(kept_figure(streams, scored, cfg.distances), "streameval_kept.png"))
+        table = _table(cfg, streams)
+        summary = (f"{cfg.model}: a stream of {cfg.lines} lines ({runs[FULL]['tokens']:,} tokens with the queries), "
+                   f"a query every {cfg.query_every} lines at distances {cfg.distances} lines, {cfg.answer_tokens} "
+                   f"answer tokens generated in place, positions {cfg.positions}.\n\n" + _markdown(table, streams))
     metrics = {"config": asdict(cfg), "runs": runs, "table": table}
-    summary = (f"{cfg.model}: a stream of {cfg.lines} lines ({runs[FULL]['tokens']:,} tokens with the queries), "
-               "a query "
-               f"every {cfg.query_every} lines at distances {cfg.distances} lines, {cfg.answer_tokens} answer tokens "
-               f"generated in place, positions {cfg.positions}.\n\n" + _markdown(table, streams))
     captions = {"streameval_accuracy.png": "Accuracy per cache (rows) and query-answer distance (columns, lines; mean "
                                            "tokens below), as in the seed's StreamEval table.",
                 "streameval_kept.png": "Policies that keep slots by a per-head score (H2O family, knorm): share of "

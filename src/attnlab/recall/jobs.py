@@ -76,8 +76,9 @@ def validate(cfg) -> None:
     """Refuse, before any stream starts, budgets that cannot hold a query (or the passkey question) beside
     the sinks, and a passkey length too short for its protocol."""
     _, tok = _model(cfg.model)
-    pieces, stream = Pieces(tok, cfg.chat), make_stream(cfg.spec)  # chat without a template: refused here
-    check_budget(pieces, stream, min(cfg.budgets), cfg.n_sink, cfg.answer_tokens)
+    if cfg.lines:  # 0: the passkey alone
+        pieces, stream = Pieces(tok, cfg.chat), make_stream(cfg.spec)  # chat without a template: refused here
+        check_budget(pieces, stream, min(cfg.budgets), cfg.n_sink, cfg.answer_tokens)
     if cfg.passkey_length:
         prompts = PasskeyPrompts(tok)
         if cfg.passkey_length < prompts.min_length():

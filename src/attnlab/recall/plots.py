@@ -66,10 +66,10 @@ def rouge_figure(mean: dict[str, dict]):
 def mqar_distance_figure(by_distance: dict[str, dict[int, float]], budget: int, width: int):
     """Recall vs distance (bin starts, tokens), one line per cache; the budget as a dotted line."""
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
-    for name, d in by_distance.items():
-        starts = sorted(d)
+    for i, (name, d) in enumerate(by_distance.items()):
+        starts = sorted(d)  # dashes by turn: caches that recall alike (h2o, sinks+h2o) stay told apart
         ax.plot([b + width / 2 for b in starts], [d[b] for b in starts], marker="o", ms=3, label=name,
-                lw=2.5 if name == "full" else 1.5)
+                lw=2.5 if name == "full" else 1.5, ls=("-", "--", ":", "-.")[i % 4])
     ax.axvline(budget, ls=":", c="k", lw=1)
     ax.set(xlabel="distance from the query back to its pair (tokens)", ylabel="recall", ylim=(-0.03, 1.03),
            title=f"MQAR recall under eviction (budget {budget})")
