@@ -41,6 +41,7 @@ from attnlab.models.trace import Trace
 from attnlab.sparsity.gather import ActiveSet, Scratch, rows_linear, rows_matmul
 from attnlab.sparsity.mlp import DENSE_ABOVE, SparseMLP
 from attnlab.sparsity.rules import keep_count, topk_mask
+from attnlab.sparsity.speed import amdahl, no_mlp
 
 from host import add_out, recorded  # benchmarks/host.py
 
@@ -180,19 +181,6 @@ class Given:
         return m[:, p:p + t].reshape(*x.shape[:-1], m.shape[-1])
 
 
-@contextlib.contextmanager
-def no_mlp(model):
-    """Every MLP returns zeros: the decode time no MLP sparsity can beat."""
-    mods = [arch.mlp(model, i).module for i in range(len(arch.layers(model)))]
-    try:
-        for m in mods:
-            m.forward = torch.zeros_like
-        yield
-    finally:
-        for m in mods:
-            m.__dict__.pop("forward", None)
-
-
 @torch.no_grad()
 def oracle_masks(model, ids: torch.Tensor, keeps) -> tuple[dict, dict]:
     """Per keep the dense model's oracle sets {layer: (B, T, n) bool}, and per keep the mean share of a
@@ -284,7 +272,7 @@ def e2e_table(t: dict[str, float], batch: int) -> str:
     for name, s in t.items():
         found = re.search(r"keep (\d+)%", name)
         keep = int(found.group(1)) / 100 if found else None
-        ceil = dense / (skip + keep * (dense - skip)) if keep else None
+        ceil = amdahl(dense, skip, keep) if keep else None
         lines.append(f"| {name} | {s * 1e3:.2f} | {batch / s:.1f} | {dense / s:.2f}x | "
                      + (f"{ceil:.2f}x | {(dense / s - 1) / (ceil - 1):.0%} |" if ceil else "| |"))
     return "\n".join(lines)

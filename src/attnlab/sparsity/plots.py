@@ -115,3 +115,25 @@ def dejavu_figure(ctx, s: dict, ppl: dict[str, float], keep: float) -> str:
     b.set(ylabel="perplexity", title=f"PPL at keep {keep:g}")
     b.set_ylim(min(ppl.values()) * 0.95, max(ppl.values()) * 1.03)
     return ctx.savefig(fig, "dejavu.png")
+
+
+def curve_figure(ctx, rows: list[dict], keep: float, zeros: list[float] | None = None,
+                 name: str = "dejavu_relu.png") -> str:
+    """(Left, with ``zeros``: the exact-zero share per layer.) Recall (solid) and |h| mass (dotted) of the
+    predicted sets against training tokens, one colour per rank; chance (``keep``) dashed."""
+    panels = 2 if zeros is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 3.8), layout="constrained", squeeze=False)
+    if zeros is not None:
+        axes[0, 0].bar(range(len(zeros)), [100 * z for z in zeros], color="tab:green")
+        axes[0, 0].set(xlabel="layer", ylabel="h exactly zero (%)", ylim=(0, 100), title="natural sparsity")
+    ax = axes[0, -1]
+    for i, rank in enumerate(sorted({r["rank"] for r in rows})):
+        pts = [r for r in rows if r["rank"] == rank]
+        ax.plot([r["tokens"] for r in pts], [r["recall"] for r in pts], marker="o", c=f"C{i}", label=f"rank {rank}")
+        ax.plot([r["tokens"] for r in pts], [r["mass"] for r in pts], marker=".", ls=":", c=f"C{i}")
+    ax.axhline(keep, ls="--", c="grey", lw=1)
+    ax.set_xscale("log")
+    ax.set(xlabel="predictor training tokens", ylabel="recall (solid), |h| mass (dotted)", ylim=(0, 1.02),
+           title=f"predictors at keep {keep:.0%}")
+    ax.legend(fontsize=8)
+    return ctx.savefig(fig, name)

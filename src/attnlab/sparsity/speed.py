@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 
 import torch
 from transformers import DynamicCache
 
+from attnlab.models import arch
 from attnlab.sparsity.mlp import SparseMLP
 
 WARMUP = 3  # untimed steps: the first steps after prefill pay allocator and first-call costs
@@ -44,16 +46,49 @@ def greedy_decode(model, prompt: torch.Tensor, steps: int, context, warmup: int 
     return fed, argmax, total / steps
 
 
-def decode_speed(model, prompt: torch.Tensor, rule, steps: int) -> dict:
+@contextlib.contextmanager
+def no_mlp(model):
+    """Every MLP returns zeros: the decode time no MLP sparsity can beat (the Amdahl ceiling's numerator)."""
+    mods = [arch.mlp(model, i).module for i in range(len(arch.layers(model)))]
+    try:
+        for m in mods:
+            m.forward = torch.zeros_like
+        yield
+    finally:
+        for m in mods:
+            m.__dict__.pop("forward", None)
+
+
+def amdahl(dense_s: float, no_mlp_s: float, keep: float) -> float:
+    """The speed-up over dense of computing ``keep`` of every MLP for free otherwise: dense / (the rest + keep x
+    the MLP's share of the step)."""
+    return dense_s / (no_mlp_s + keep * (dense_s - no_mlp_s))
+
+
+def decode_speed(model, prompt: torch.Tensor, rule, steps: int, repeats: int = 1, keep: float | None = None) -> dict:
     """Dense decode vs decode under ``SparseMLP(model, rule, mode="gather")`` on the same prompt, batch 1:
     ms per step, tokens/s, their ratio, and the share of steps whose argmax agrees with the dense greedy
     token when the sparse run is fed the dense run's tokens (teacher forcing; the prompt's own next token
-    counted too)."""
-    fed, dense_argmax, dense_s = greedy_decode(model, prompt, steps, contextlib.nullcontext)
-    _, sparse_argmax, sparse_s = greedy_decode(model, prompt, steps, lambda: SparseMLP(model, rule, mode="gather"),
-                                               follow=fed)
-    agree = sum(a == b for a, b in zip(dense_argmax, sparse_argmax)) / len(dense_argmax)
-    return {"batch": 1, "prompt_tokens": int(prompt.numel()), "warmup_steps": WARMUP, "steps": steps,
-            "dense_ms_per_step": dense_s * 1e3, "sparse_ms_per_step": sparse_s * 1e3,
-            "dense_tokens_per_s": 1 / dense_s, "sparse_tokens_per_s": 1 / sparse_s,
-            "speedup": dense_s / sparse_s, "top1_agreement": agree}
+    counted too). ``repeats`` rounds, the variants taking turns; medians. With ``keep``, also the decode with
+    every MLP skipped, the Amdahl ceiling at that keep and the share of its gain the sparse decode takes,
+    (s - 1) / (c - 1)."""
+    runs = {"dense": contextlib.nullcontext, "sparse": lambda: SparseMLP(model, rule, mode="gather")}
+    if keep is not None:
+        runs["no_mlp"] = lambda: no_mlp(model)
+    times, argmax, fed = {k: [] for k in runs}, {}, None
+    for _ in range(repeats):
+        for name, context in runs.items():
+            tokens, argmax[name], seconds = greedy_decode(model, prompt, steps, context, follow=fed)
+            fed = fed or tokens  # the first dense run's tokens, fed to every later run
+            times[name].append(seconds)
+    t = {k: statistics.median(v) for k, v in times.items()}
+    agree = sum(a == b for a, b in zip(argmax["dense"], argmax["sparse"])) / len(argmax["dense"])
+    out = {"batch": 1, "prompt_tokens": int(prompt.numel()), "warmup_steps": WARMUP, "steps": steps,
+           "repeats": repeats, "dense_ms_per_step": t["dense"] * 1e3, "sparse_ms_per_step": t["sparse"] * 1e3,
+           "dense_tokens_per_s": 1 / t["dense"], "sparse_tokens_per_s": 1 / t["sparse"],
+           "speedup": t["dense"] / t["sparse"], "top1_agreement": agree}
+    if keep is not None:
+        ceiling = amdahl(t["dense"], t["no_mlp"], keep)
+        out |= {"no_mlp_ms_per_step": t["no_mlp"] * 1e3, "keep": keep, "ceiling": ceiling,
+                "share_of_gain": (out["speedup"] - 1) / (ceiling - 1)}
+    return out

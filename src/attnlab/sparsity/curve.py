@@ -1,0 +1,44 @@
+"""How Deja Vu's predictors learn: recall of the oracle set and |h| mass captured against rank and training tokens.
+
+One set of predictors per rank trains on the training text in growing chunks (each chunk ``epochs`` passes as it
+arrives: the first checkpoint's tokens, then the next ones, ...), and is scored on the held-out text after each:
+a learning curve in one training run per rank, instead of one run per point. Each chunk's call to
+:func:`~attnlab.sparsity.predictors.train` starts a fresh AdamW (its moments reset between chunks), which a
+single long run would not: a curve point is a lower bound on what the same tokens give in one run.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from attnlab.core.errors import ConfigError
+from attnlab.sparsity.predictors import new_predictors, score, train
+
+
+def check_checkpoints(checkpoints: tuple[int, ...], available: int) -> None:
+    if not checkpoints or list(checkpoints) != sorted(set(checkpoints)) or checkpoints[0] < 2:
+        raise ConfigError(f"checkpoints={checkpoints}: give increasing token counts >= 2, e.g. 12288,49152")
+    if checkpoints[-1] > available:
+        raise ConfigError(f"checkpoint {checkpoints[-1]} tokens: the training texts give {available}; lower it")
+
+
+def learning_curve(model, name: str, train_ids: torch.Tensor, eval_ids: torch.Tensor, ranks: tuple[int, ...],
+                   checkpoints: tuple[int, ...], keep: float, source: str = "own", epochs: int = 1,
+                   window: int = 512, batch: int = 128, lr: float = 3e-3, progress=None) -> tuple[list[dict], dict]:
+    """Rows {"rank", "tokens", "token_passes", "recall", "mass", "oracle_mass", "recall_per_layer", "bce"} (means
+    over the predicted layers), one per rank and checkpoint; and {rank: the predictors after the last one}."""
+    check_checkpoints(checkpoints, train_ids.numel())
+    rows, final = [], {}
+    for r in ranks:
+        preds = new_predictors(model, name, r, keep, source)
+        done = 0
+        for n in checkpoints:
+            bce = train([preds], model, train_ids[done:n], epochs, window, batch, lr, progress)[0]
+            done = n
+            s = score([preds], model, eval_ids, window)[source]
+            rows.append({"rank": r, "tokens": n, "token_passes": n * epochs, "recall": statistics.mean(s["recall"]),
+                         "mass": statistics.mean(s["mass"]), "oracle_mass": statistics.mean(s["oracle_mass"]),
+                         "recall_per_layer": s["recall"], "bce": bce})
+        final[r] = preds
+    return rows, final
