@@ -41,3 +41,19 @@ def test_keeping_every_neuron_agrees_on_every_step_and_a_tiny_keep_does_not():
     _, sparse_argmax, _ = greedy_decode(model, prompt, 6, lambda: SparseMLP(model, Oracle(0.02), mode="gather"),
                                         follow=fed)
     assert sum(a == b for a, b in zip(dense_argmax, sparse_argmax)) / len(dense_argmax) == low["top1_agreement"]
+
+
+def test_skipping_every_mlp_is_undone_on_exit_and_the_ceiling_follows_amdahl():
+    from attnlab.sparsity.speed import amdahl, no_mlp
+
+    model, prompt = _setup()
+    with torch.no_grad():
+        before = model(prompt[None]).logits
+        with no_mlp(model):
+            skipped = model(prompt[None]).logits
+        after = model(prompt[None]).logits
+    assert torch.equal(before, after) and not torch.allclose(before, skipped)
+    assert amdahl(10.0, 4.0, 1.0) == 1.0 and amdahl(10.0, 4.0, 0.0) == 2.5 and amdahl(10.0, 4.0, 0.5) == 10 / 7
+    d = decode_speed(model, prompt, Oracle(0.5), steps=3, repeats=2, keep=0.5)
+    assert d["repeats"] == 2 and d["ceiling"] == amdahl(d["dense_ms_per_step"], d["no_mlp_ms_per_step"], 0.5)
+    assert d["share_of_gain"] == (d["speedup"] - 1) / (d["ceiling"] - 1)

@@ -148,7 +148,7 @@ def _claims(cfg: MQARConfig, s: dict) -> list:
     return out
 
 
-def _by_mass(cfg: MQARConfig, s: dict) -> dict:
+def _by_mass(s: dict) -> dict:
     """For the H2O family, on the queries the window evicted: recall and the induction layer's kept share by
     tercile of the value's attention mass before the queries (its heavy-hitter score under the full cache)."""
     c = s["caches"]
@@ -196,7 +196,7 @@ def run_recall_under_eviction(cfg: MQARConfig, ctx) -> Result:
     claims = _claims(cfg, s)
     if not cfg.checked:
         claims = [finding(c.claim, c.measured) for c in claims]
-    by_mass = _by_mass(cfg, s)
+    by_mass = _by_mass(s)
     claims += _findings(cfg, s, by_mass)
     reached = first_at(run.track, cfg.full_min)
     seeded = torch.Generator().manual_seed(cfg.seed + 4)  # held out: not the training probe

@@ -9,7 +9,10 @@ lines held out for evaluation) -- and measures, in order:
 - the share of h exactly zero per layer (natural sparsity), and the keep it implies: the mean share of
   non-zeros, rounded up to the next 5% (``keep`` overrides);
 - Deja Vu's predictors (own input, rank ``ranks``) trained on the model's training text in growing chunks
-  (:mod:`attnlab.sparsity.curve`): recall of the oracle set and |h| mass captured vs rank and tokens;
+  (:mod:`attnlab.sparsity.curve`): recall of the oracle set and |h| mass captured vs rank and tokens; then
+  Deja Vu's lookahead set (from the previous layer's input) at the largest rank on the same tokens, both saved
+  (``predictors/own``, ``predictors/lookahead``, as ``dejavu`` saves them: ``attnlab eval --sparsity
+  predicted --predictors`` reads them);
 - perplexity dense, with the oracle's sets and with the predicted sets at that keep;
 - greedy decode at batch 1: dense, the predictor choosing each step's neurons (SparseMLP gather, its cost inside
   the step), and every MLP skipped, which gives the Amdahl ceiling at the keep and the share of the available
@@ -23,6 +26,7 @@ folder with its tokenizer, which ``attnlab sparsity --model``, ``dejavu --set mo
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 from attnlab.core.errors import ConfigError
@@ -34,6 +38,8 @@ from attnlab.sparsity.measure import layer_profile, perplexity, sparse_perplexit
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.plots import curve_figure
 from attnlab.sparsity.predicted import Predicted
+from attnlab.sparsity.predictor_store import save_beside, save_predictors
+from attnlab.sparsity.predictors import new_predictors, score, train
 from attnlab.sparsity.record import SparsityRecord
 from attnlab.sparsity.rules import Oracle
 from attnlab.sparsity.speed import decode_speed
@@ -131,6 +137,21 @@ def _train(cfg: DejaVuReluConfig, tok, train_ids, ctx):
     return model.hf.eval(), lines
 
 
+def _lookahead(cfg: DejaVuReluConfig, model, train_ids, ids, rank: int, keep: float, own, ctx) -> float:
+    """Deja Vu's lookahead set (from the previous layer's input) at the largest rank, trained on the same tokens;
+    both sets saved as ``dejavu`` saves them (``predictors/own``, ``predictors/lookahead``: what ``attnlab eval
+    --sparsity predicted --predictors`` reads; and beside ``model/``, where ``accuracy-table`` finds them).
+    -> its mean recall."""
+    look = new_predictors(model, "relu-llama", rank, keep, "lookahead")
+    n = cfg.checkpoints[-1]
+    with ctx.progress(n * cfg.epochs, "lookahead predictors") as bar:
+        train([look], model, train_ids[:n], cfg.epochs, cfg.bptt, cfg.pred_batch, cfg.pred_lr, bar)
+    for p in (own, look):  # in the run folder, and beside the model's weights (where accuracy-table looks)
+        save_predictors(p, ctx.out / "predictors" / p.meta.source)
+        save_beside(p, str(ctx.out / "model"))
+    return statistics.mean(score([look], model, ids, cfg.bptt)["lookahead"]["recall"])
+
+
 def _zeros(model, ids, cfg, ctx) -> tuple[float, dict]:
     """Dense PPL and the exact-zero profile (the oracle at keep 1 is the dense model)."""
     record = SparsityRecord()
@@ -142,7 +163,7 @@ def _zeros(model, ids, cfg, ctx) -> tuple[float, dict]:
 def _claims(cfg: DejaVuReluConfig, zeros: dict, best: dict, ppl: dict, decode: dict, keep: float) -> list:
     judged = check if cfg.judge else (lambda claim, measured, *_: finding(claim, measured))
     per = ", ".join(f"{z:.1%}" for z in zeros["zero"])
-    size = f"{cfg.layers} layers, d_model {cfg.d_model}, d_ffn {cfg.d_ffn}, {cfg.steps} steps"
+    size = f"{cfg.layers} layers, d_model {cfg.d_model}, d_ffn {cfg.d_ffn}, {cfg.steps} steps"  # of the notes
     c = [judged(f"ReLU Llama: share of h exactly zero (dense, all layers) >= {cfg.zero_min:.0%} (Deja Vu: OPT > 90%; "
                 f"per layer {per})", zeros["overall_zero"], cfg.zero_min, 0, "at_least"),
          judged(f"predictor (own input, rank {best['rank']}, {best['tokens']:,} tokens x {cfg.epochs} epochs) recalls "
@@ -156,11 +177,16 @@ def _claims(cfg: DejaVuReluConfig, zeros: dict, best: dict, ppl: dict, decode: d
                 f"{decode['dense_ms_per_step']:.2f} ms per step, of an Amdahl ceiling of {decode['ceiling']:.2f}x "
                 "(every MLP skipped: "
                 f"{decode['no_mlp_ms_per_step']:.2f} ms); speed-up", decode["speedup"], cfg.speedup_min, 0, "at_least")]
-    notes = [f"a small model ({size}), trained far less than OPT: ReLU sparsity grows with training",
-             f"the curve: recall rises with tokens and rank (see the table); |h| mass captured {best['mass']:.1%} "
-             f"against the oracle's {best['oracle_mass']:.1%}",
-             "the misses compound over the layers", "the predictor's small ops and the gather cost more than the "
-             f"skipped rows save; the sparse decode takes {decode['share_of_gain']:.0%} of the available gain"]
+    z = zeros["zero"]
+    low = min(range(len(z)), key=z.__getitem__)
+    notes = [f"{sum(v >= cfg.zero_min for v in z)} of {len(z)} layers reach it; layer {low} ({z[low]:.1%}) pulls the "
+             f"mean down; a small model ({size}), trained on far fewer tokens than OPT",
+             f"per layer {', '.join(f'{v:.2f}' for v in best['recall_per_layer'])}; |h| mass captured "
+             f"{best['mass']:.1%} against the oracle's {best['oracle_mass']:.1%}",
+             f"the oracle's own sets at this keep cost {ppl['oracle'] / ppl['dense'] - 1:+.2%}: the rest is the "
+             "predictors' misses, compounded over the layers",
+             f"the sparse decode takes {decode['share_of_gain']:.0%} of the available gain: the predictor's small "
+             "ops and the gather cost more than the skipped rows save"]
     return [x.because(n) if x.status == "fails" else x for x, n in zip(c, notes)] + [
         finding(f"share of the available decode gain the predictor-chosen sparse MLP takes, (s - 1) / (c - 1), at "
                 f"keep {keep:.0%}", decode["share_of_gain"]),
@@ -185,6 +211,7 @@ def run_dejavu_relu(cfg: DejaVuReluConfig, ctx) -> Result:
                                      epochs=cfg.epochs, window=cfg.bptt, batch=cfg.pred_batch, lr=cfg.pred_lr,
                                      progress=bar)
     best = max((r for r in rows if r["tokens"] == cfg.checkpoints[-1]), key=lambda r: r["rank"])
+    look = _lookahead(cfg, model, train_ids, ids, best["rank"], keep, final[best["rank"]], ctx)
     rule = Predicted(keep, own=final[best["rank"]])
     with ctx.progress(2 * ids.numel(), "PPL oracle, predicted") as bar:
         ppl = {"dense": dense, "oracle": sparse_perplexity(model, ids, Oracle(keep), cfg.bptt, progress=bar)[0],
@@ -208,7 +235,10 @@ def run_dejavu_relu(cfg: DejaVuReluConfig, ctx) -> Result:
     figures = {"dejavu_relu.png": "Left: per layer, the share of h exactly zero. Right: the predictors' recall of the "
                "oracle set (solid) and |h| mass captured (dotted) against training tokens, one line per rank; "
                "chance (the keep) dashed."}
-    return Result(_claims(cfg, zeros, best, ppl, decode, keep), metrics, figures, summary)
+    claims = _claims(cfg, zeros, best, ppl, decode, keep) + [finding(
+        f"Deja Vu's lookahead predictor (from the previous layer's input, rank {best['rank']}, same tokens): mean "
+        f"recall over layers 1..{cfg.layers - 1} (own input: {best['recall']:.3f})", look)]
+    return Result(claims, metrics | {"lookahead_recall": look}, figures, summary)
 
 
 def _curve_table(rows: list[dict]) -> str:
