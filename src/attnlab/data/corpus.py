@@ -34,3 +34,9 @@ def read_lines(path: str | Path, pattern: str = "*.txt") -> list[str]:
     if not any(line.strip() for line in lines):
         raise UsageError(f"{path}: the corpus is empty (no non-blank line); give a file with text in it")
     return lines
+
+
+def split_tail(lines: list[str], holdout: float) -> tuple[list[str], list[str]]:
+    """(the first lines, the last ``holdout`` share of them): a contiguous held-out tail, the same every time."""
+    cut = round(len(lines) * (1 - holdout))
+    return lines[:cut], lines[cut:]

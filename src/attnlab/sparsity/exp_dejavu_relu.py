@@ -30,11 +30,10 @@ import statistics
 from dataclasses import dataclass
 
 from attnlab.core.errors import ConfigError
-from attnlab.data.sources import read_corpus
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.sparsity.curve import check_checkpoints, learning_curve
-from attnlab.sparsity.measure import layer_profile, perplexity, sparse_perplexity
+from attnlab.sparsity.measure import held_out, layer_profile, perplexity, sparse_perplexity
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.plots import curve_figure
 from attnlab.sparsity.predicted import Predicted
@@ -103,24 +102,6 @@ class DejaVuReluConfig:
         return TrainConfig(optimizer="adamw", lr=self.lr, batching="random", batch_size=self.batch_size,
                            bptt=self.bptt, steps=self.steps, track_every=max(1, self.steps // 20),
                            eval_every=self.steps, checkpoint_every=self.steps, seed=self.seed)
-
-
-def _data(cfg: DejaVuReluConfig):
-    """(tokenizer, training ids, evaluation ids (tokens,)): each text's head trains, its tail evaluates."""
-    from attnlab.models.tokenizer import make_tokenizer
-
-    head, tail = [], []
-    for spec in cfg.texts:
-        lines = read_corpus(spec, "texts")
-        cut = round(len(lines) * (1 - cfg.holdout))
-        head += lines[:cut]
-        tail += lines[cut:]
-    tok = make_tokenizer("bpe", head, cfg.vocab_size)
-    train_ids, eval_ids = tok.encode_lines(head), tok.encode_lines(tail)
-    if eval_ids.numel() < cfg.tokens:
-        raise ConfigError(f"the held-out tails have {eval_ids.numel()} tokens; need tokens={cfg.tokens} (lower "
-                          "tokens or raise holdout)")
-    return tok, train_ids, eval_ids[:cfg.tokens]
 
 
 def _train(cfg: DejaVuReluConfig, tok, train_ids, ctx):
@@ -200,7 +181,7 @@ def _claims(cfg: DejaVuReluConfig, zeros: dict, best: dict, ppl: dict, decode: d
                  "bptt": 128, "steps": 150, "lr": 3e-3, "ranks": (16,), "checkpoints": (2048, 8192),
                  "epochs": 1, "speed_steps": 8, "speed_repeats": 1, "judge": False})
 def run_dejavu_relu(cfg: DejaVuReluConfig, ctx) -> Result:
-    tok, train_ids, ids = _data(cfg)
+    tok, train_ids, ids = held_out(cfg.texts, "texts", cfg.holdout, cfg.vocab_size, cfg.tokens)
     check_checkpoints(cfg.checkpoints, train_ids.numel())
     model, lines = _train(cfg, tok, train_ids, ctx)
     dense, zeros = _zeros(model, ids, cfg, ctx)

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core.errors import ConfigError
-from attnlab.data.sources import read_corpus
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.sparsity.measure import layer_profile, perplexity
+from attnlab.sparsity.measure import held_out, layer_profile, perplexity
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.plots import relu_figure
 from attnlab.sparsity.record import SparsityRecord
@@ -84,21 +83,6 @@ class ReluControlConfig:
         return TrainConfig(optimizer="adam", lr=self.lr, batching="random", batch_size=self.batch_size,
                            bptt=self.bptt, steps=self.steps, track_every=max(1, self.steps // 10),
                            eval_every=self.steps, checkpoint_every=self.steps, seed=self.seed)
-
-
-def _data(cfg: ReluControlConfig):
-    """(tokenizer, training ids (N,), evaluation ids (tokens,)): the lines before the held-out tail train
-    the BPE and the models; the tail's first ``tokens`` tokens evaluate them."""
-    from attnlab.models.tokenizer import make_tokenizer
-
-    lines = read_corpus(cfg.text, "text")
-    cut = round(len(lines) * (1 - cfg.holdout))  # as attnlab train --holdout: the tail, contiguous text
-    tok = make_tokenizer("bpe", lines[:cut], cfg.vocab_size)
-    train_ids, eval_ids = tok.encode_lines(lines[:cut]), tok.encode_lines(lines[cut:])
-    if eval_ids.numel() < cfg.tokens:
-        raise ConfigError(f"text={cfg.text}: its held-out tail ({cfg.holdout:g} of the lines) has only "
-                          f"{eval_ids.numel()} tokens; need tokens={cfg.tokens} (lower tokens or raise holdout)")
-    return tok, train_ids, eval_ids[:cfg.tokens]
 
 
 def _train(cfg: ReluControlConfig, act: str, tok, train_ids, ctx):
@@ -180,7 +164,7 @@ def _claims(cfg: ReluControlConfig, r: dict, s: dict) -> list:
           quick={"tokens": 1024, "vocab_size": 512, "layers": 2, "heads": 2, "d_model": 32, "d_ffn": 64,
                  "batch_size": 8, "bptt": 64, "steps": 60, "lr": 3e-3, "keeps": (0.5, 0.25), "judge": False})
 def run_relu_control(cfg: ReluControlConfig, ctx) -> Result:
-    tok, train_ids, ids = _data(cfg)
+    tok, train_ids, ids = held_out((cfg.text,), "text", cfg.holdout, cfg.vocab_size, cfg.tokens)
     metrics, losses = {}, {}
     for act in ACTS:
         model, losses[act] = _train(cfg, act, tok, train_ids, ctx)

@@ -18,7 +18,8 @@ import torch
 
 from attnlab.core.errors import ConfigError
 from attnlab.core.metrics import follow
-from attnlab.data.sources import HUB_PREFIX, locate
+from attnlab.data.corpus import split_tail
+from attnlab.data.sources import HUB_PREFIX, locate, read_corpus
 from attnlab.evals.inputs import load_model, text_ids
 from attnlab.evals.longppl import scored_nll
 from attnlab.models import arch
@@ -54,6 +55,24 @@ def load_texts(name: str, text: str, tokens: int, calibration: tuple[str, ...] =
         except ConfigError as e:
             raise ConfigError(f"calibration {e}") from None
     return model, ids, torch.cat(parts)
+
+
+def held_out(texts: tuple[str, ...], key: str, holdout: float, vocab_size: int, tokens: int):
+    """(tokenizer, training ids, evaluation ids (tokens,)) for a model trained here: the first lines of each
+    text train a byte-level BPE and the model, its last ``holdout`` share of lines (contiguous, as ``attnlab
+    train --holdout``) evaluates it. ``key``: how the config names the texts (in the one-line errors)."""
+    from attnlab.models.tokenizer import make_tokenizer
+
+    head, tail = [], []
+    for spec in texts:
+        first, last = split_tail(read_corpus(spec, key), holdout)
+        head, tail = head + first, tail + last
+    tok = make_tokenizer("bpe", head, vocab_size)
+    train_ids, eval_ids = tok.encode_lines(head), tok.encode_lines(tail)
+    if eval_ids.numel() < tokens:
+        raise ConfigError(f"{key}={','.join(texts)}: its held-out tail ({holdout:g} of the lines) has only "
+                          f"{eval_ids.numel()} tokens; need tokens={tokens} (lower tokens or raise holdout)")
+    return tok, train_ids, eval_ids[:tokens]
 
 
 def spans(n_tokens: int, window: int, stride: int | None = None) -> Iterator[tuple[int, int, int]]:

@@ -179,15 +179,15 @@ def _train_config(args):
 
 def _read_splits(args) -> tuple[list[str], list[str] | None]:
     """(training lines, validation lines or None) from --train, --valid or --holdout."""
+    from attnlab.data.corpus import split_tail
     from attnlab.data.sources import read_corpus
 
     if args.holdout is not None and (args.valid or not 0 < args.holdout < 1):
         raise UsageError(f"--holdout {args.holdout}: give a fraction in (0, 1), and no --valid with it")
     train_lines = read_corpus(args.train, "--train", "--train PATH")
     valid_lines = read_corpus(args.valid, "--valid", "--valid PATH") if args.valid else None
-    if args.holdout:  # the tail, so the split is contiguous text and the same every time
-        cut = round(len(train_lines) * (1 - args.holdout))
-        train_lines, valid_lines = train_lines[:cut], train_lines[cut:]
+    if args.holdout:
+        train_lines, valid_lines = split_tail(train_lines, args.holdout)
     return train_lines, valid_lines
 
 
