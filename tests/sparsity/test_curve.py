@@ -33,3 +33,15 @@ def test_each_rank_learns_on_growing_chunks_and_is_scored_after_each():
 def test_bad_checkpoints_are_one_clear_error(checkpoints, available, says):
     with pytest.raises(ConfigError, match=says):
         check_checkpoints(checkpoints, available)
+
+
+def test_the_chunks_mix_every_text_keeping_each_window_whole():
+    from attnlab.sparsity.curve import mixed
+
+    ids = torch.cat([torch.zeros(64, dtype=torch.long), torch.ones(64, dtype=torch.long), torch.tensor([7, 7])])
+    out = mixed(ids, 16)
+    assert sorted(out.tolist()) == sorted(ids.tolist()) and out[-2:].tolist() == [7, 7]  # a permutation, tail last
+    windows = out[:128].view(8, 16)
+    assert all(len(set(w.tolist())) == 1 for w in windows)  # whole windows, never cut
+    assert set(out[:64].tolist()) == {0, 1}  # the first half already holds both "texts"
+    assert torch.equal(out, mixed(ids, 16))  # seeded

@@ -2,9 +2,13 @@
 
 One set of predictors per rank trains on the training text in growing chunks (each chunk ``epochs`` passes as it
 arrives: the first checkpoint's tokens, then the next ones, ...), and is scored on the held-out text after each:
-a learning curve in one training run per rank, instead of one run per point. Each chunk's call to
-:func:`~attnlab.sparsity.predictors.train` starts a fresh AdamW (its moments reset between chunks), which a
-single long run would not: a curve point is a lower bound on what the same tokens give in one run.
+a learning curve in one training run per rank, instead of one run per point. The training ids are cut into
+windows taken in a seeded random order first: training texts come one after another (all of the first, then
+the second, ...), and chunks in that order would measure a change of text, not more tokens (a first run did:
+SmolLM2's recall fell when the chunks reached KJV and War and Peace, the evaluation text being WikiText).
+Each chunk's call to :func:`~attnlab.sparsity.predictors.train` starts a fresh AdamW (its moments reset
+between chunks), which a single long run would not: a curve point is a lower bound on what the same tokens
+give in one run.
 """
 from __future__ import annotations
 
@@ -23,12 +27,21 @@ def check_checkpoints(checkpoints: tuple[int, ...], available: int) -> None:
         raise ConfigError(f"checkpoint {checkpoints[-1]} tokens: the training texts give {available}; lower it")
 
 
+def mixed(ids: torch.Tensor, window: int, seed: int = 0) -> torch.Tensor:
+    """ids (T,) as whole windows of ``window`` tokens in a seeded random order (the tail short of a window last):
+    any prefix mixes every text the ids join."""
+    n = ids.numel() // window
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return torch.cat([ids[:n * window].view(n, window)[order].flatten(), ids[n * window:]])
+
+
 def learning_curve(model, name: str, train_ids: torch.Tensor, eval_ids: torch.Tensor, ranks: tuple[int, ...],
                    checkpoints: tuple[int, ...], keep: float, source: str = "own", epochs: int = 1,
                    window: int = 512, batch: int = 128, lr: float = 3e-3, progress=None) -> tuple[list[dict], dict]:
     """Rows {"rank", "tokens", "token_passes", "recall", "mass", "oracle_mass", "recall_per_layer", "bce"} (means
     over the predicted layers), one per rank and checkpoint; and {rank: the predictors after the last one}."""
     check_checkpoints(checkpoints, train_ids.numel())
+    train_ids = mixed(train_ids, window)
     rows, final = [], {}
     for r in ranks:
         preds = new_predictors(model, name, r, keep, source)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.sparsity.curve import check_checkpoints, learning_curve
+from attnlab.sparsity.curve import check_checkpoints, learning_curve, mixed
 from attnlab.sparsity.measure import held_out, layer_profile, perplexity, sparse_perplexity
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.plots import curve_figure
@@ -126,7 +126,8 @@ def _lookahead(cfg: DejaVuReluConfig, model, train_ids, ids, rank: int, keep: fl
     look = new_predictors(model, "relu-llama", rank, keep, "lookahead")
     n = cfg.checkpoints[-1]
     with ctx.progress(n * cfg.epochs, "lookahead predictors") as bar:
-        train([look], model, train_ids[:n], cfg.epochs, cfg.bptt, cfg.pred_batch, cfg.pred_lr, bar)
+        # the tokens the curve's last point saw (its windows in the same seeded order)
+        train([look], model, mixed(train_ids, cfg.bptt)[:n], cfg.epochs, cfg.bptt, cfg.pred_batch, cfg.pred_lr, bar)
     for p in (own, look):  # in the run folder, and beside the model's weights (where accuracy-table looks)
         save_predictors(p, ctx.out / "predictors" / p.meta.source)
         save_beside(p, str(ctx.out / "model"))
