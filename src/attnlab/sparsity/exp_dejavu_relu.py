@@ -42,7 +42,8 @@ from attnlab.sparsity.predictors import new_predictors, score, train
 from attnlab.sparsity.record import SparsityRecord
 from attnlab.sparsity.rules import Oracle
 from attnlab.sparsity.speed import decode_speed
-from attnlab.train.trainer import TrainConfig, Trainer
+from attnlab.train.runs import train_and_save
+from attnlab.train.trainer import TrainConfig
 
 TALK_ORDER = 3  # after relu-control
 
@@ -111,10 +112,8 @@ def _train(cfg: DejaVuReluConfig, tok, train_ids, ctx):
 
     torch.manual_seed(cfg.seed)
     model = build_llama(cfg.llama())
-    trainer = Trainer(model, train_ids, None, cfg.train_config(), ctx.out / "train", ctx.device)
-    lines = trainer.fit(show_progress=ctx.show_progress, desc="train the ReLU Llama")
-    (ctx.out / "train" / "checkpoint.pt").unlink()
-    model.save_pretrained(ctx.out / "model", tok)
+    lines = train_and_save(model, tok, train_ids, cfg.train_config(), ctx.out / "train", ctx.out / "model",
+                           ctx.device, ctx.show_progress, "train the ReLU Llama")
     return model.hf.eval(), lines
 
 

@@ -30,7 +30,8 @@ from attnlab.sparsity.plots import relu_figure
 from attnlab.sparsity.record import SparsityRecord
 from attnlab.sparsity.rules import Oracle
 from attnlab.sparsity.similarity import consecutive_overlap
-from attnlab.train.trainer import TrainConfig, Trainer
+from attnlab.train.runs import train_and_save
+from attnlab.train.trainer import TrainConfig
 
 TALK_ORDER = 2  # after contextual-sparsity (0) and dejavu (1)
 ACTS = ("relu", "silu")  # the control first, then its SwiGLU twin
@@ -92,11 +93,8 @@ def _train(cfg: ReluControlConfig, act: str, tok, train_ids, ctx):
 
     torch.manual_seed(cfg.seed)  # the same initial weights for both activations
     model = build_llama(cfg.llama(act))
-    run_dir = ctx.out / act
-    trainer = Trainer(model, train_ids, None, cfg.train_config(), run_dir, ctx.device)
-    lines = trainer.fit(show_progress=ctx.show_progress, desc=f"train {act}")
-    (run_dir / "checkpoint.pt").unlink()  # the model folder below is what is kept
-    model.save_pretrained(run_dir / "model", tok)
+    lines = train_and_save(model, tok, train_ids, cfg.train_config(), ctx.out / act, ctx.out / act / "model",
+                           ctx.device, ctx.show_progress, f"train {act}")
     return model.hf.eval(), lines[-1]["train_loss"]
 
 

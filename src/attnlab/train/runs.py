@@ -85,3 +85,14 @@ def sweep_depths(cfg, tcfg: TrainConfig, ctx) -> DepthSweep:
     vocab, train_ids, valid_ids = load_wordlevel(cfg.train, cfg.valid, cfg.max_vocab)
     runs = train_depths(cfg.layers, len(vocab), cfg.dropout, tcfg, train_ids, valid_ids, ctx, cfg.seed)
     return DepthSweep(runs, data_summary(cfg.train, cfg.valid, vocab, train_ids, valid_ids), train_ids.numel())
+
+
+def train_and_save(model, tok, train_ids: torch.Tensor, cfg: TrainConfig, run_dir, model_dir, device: str,
+                   show_progress: bool, desc: str) -> list[dict]:
+    """Train ``model`` (a CausalLM) on ``train_ids`` with the Trainer into ``run_dir``, then keep the model alone:
+    its checkpoint removed, the model saved with ``tok`` as a Hugging Face folder in ``model_dir`` (what
+    ``attnlab sparsity --model`` and ``eval`` read). -> the Trainer's track."""
+    lines = Trainer(model, train_ids, None, cfg, run_dir, device).fit(show_progress=show_progress, desc=desc)
+    (run_dir / "checkpoint.pt").unlink()
+    model.save_pretrained(model_dir, tok)
+    return lines
