@@ -33,7 +33,7 @@ RUNS = [  # in the talk's order, as the demo hands them over
             1.25),
     DemoRun("joma-b", "Thm B.", "JoMA", "joma-b", Result(_claims_b(), summary="why B matters"), 0.5),
     DemoRun("kv-c", "Policy C.", "KV-cache policies", "kv-c",
-            Result([check("c1", 1, 1, 0), check("c2", 2, 2, 0)]), 3.0),
+            Result([check("c1", 1, 1, 0), check("c2", 2, 2, 0)], links={"view.html": "attention view"}), 3.0),
 ]
 SKIPPED = [Skipped("text-d", "real text", "needs a corpus: --set train=PATH")]
 
@@ -114,6 +114,16 @@ def _table_cells(md: str) -> list[list[str]]:
             cells = ln.replace("\\|", "\0").strip("|").split("|")
             rows.append([c.strip().replace("\0", "|") for c in cells])
     return rows
+
+
+def test_a_runs_links_are_in_its_report_and_the_demo_page():
+    assert "kv-c/view.html" in page_urls() and "kv-c/view.html" not in demo_index_html(RUNS[:2], [], 1, "")
+    exp = Experiment("kv-c", "Policy C.", object, lambda cfg, ctx: None)
+    assert "[attention view](view.html)" in experiment_report(exp, RUNS[2].result, {}, 1.0, "attnlab x")
+
+
+def page_urls() -> list[str]:
+    return Page(demo_index_html(RUNS, SKIPPED, 4.75, "quick settings, cpu")).urls
 
 
 def test_experiment_report_shows_each_status():

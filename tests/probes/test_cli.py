@@ -39,6 +39,9 @@ def test_probe_writes_the_run_contract_and_prints_the_claims(setup, tmp_path, ca
     assert (out / "sinks_heads.png").stat().st_size > 0
     report = (out / "report.md").read_text()
     assert m["command"] in report and "sinks_heads.png" in report
+    # attnlab view's page of the same text, linked from the report
+    assert "[attention view of the first 48 tokens (attnlab view)](view.html)" in report
+    assert '"T":48' in (out / "view.html").read_text(encoding="utf-8")
     head, *lines = capsys.readouterr().out.strip().splitlines()  # what ran, then a line per claim
     assert head.startswith(f"{setup[0]} on the first 48 tokens") and "probes: sinks." in head
     assert lines == [f"[{c['status']}] {c['claim']}: {c['measured']:.4g}" for c in m["claims"]]

@@ -21,20 +21,26 @@ def load_model(name: str, device: str = "cpu"):
     return model.to(device), tok
 
 
+def first_ids(tok, lines: list[str], tokens: int) -> list[int]:
+    """At most the first ``tokens`` token ids of ``lines``, each line with its line break (tokenising only
+    what is needed: 2,000 lines at a time)."""
+    ids, used = [], 0
+    while len(ids) < tokens and used < len(lines):
+        chunk = "".join(line + "\n" for line in lines[used:used + 2000])
+        used += 2000
+        ids += tok(chunk, add_special_tokens=False)["input_ids"]
+    return ids[:tokens]
+
+
 def text_ids(tok, text: str, tokens: int, fix: str | None = None) -> torch.Tensor:
     """The first ``tokens`` token ids (T,) of ``text`` (a corpus name or file), its line breaks kept (the
     model sees the text as written: joined without them, KJV's verses and War and Peace's wrapped lines
     run words together, which doubles SmolLM2's PPL on them); ConfigError if shorter.
     ``fix``: how the caller's user names the text (default ``--set text=PATH``)."""
-    lines = read_corpus(text, "text", fix)
-    ids, used = [], 0
-    while len(ids) < tokens and used < len(lines):  # tokenise only what is needed
-        chunk = "".join(line + "\n" for line in lines[used:used + 2000])
-        used += 2000
-        ids += tok(chunk, add_special_tokens=False)["input_ids"]
+    ids = first_ids(tok, read_corpus(text, "text", fix), tokens)
     if len(ids) < tokens:
         raise ConfigError(f"text={text} has only {len(ids)} tokens; need tokens={tokens}")
-    return torch.tensor(ids[:tokens])
+    return torch.tensor(ids)
 
 
 def load_stream(name: str, text: str, tokens: int, device: str = "cpu", fix: str | None = None):

@@ -44,6 +44,7 @@ class Result:
     metrics: dict[str, Any] = field(default_factory=dict)  # extra keys for metrics.json
     figures: dict[str, str] = field(default_factory=dict)  # file name -> caption
     summary: str = ""  # a paragraph for report.md
+    links: dict[str, str] = field(default_factory=dict)  # other files of the run to open (a page) -> what each is
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ def experiment_report(exp: "Experiment", result: "Result", config: dict, seconds
     ]
     if result.summary:
         parts += [result.summary, ""]
+    if result.links:
+        parts += [" · ".join(f"[{label}]({name})" for name, label in result.links.items()), ""]
     if result.claims:
         parts += ["## Claims", "", claims_markdown(result.claims), ""]
     if result.figures:
@@ -218,7 +220,9 @@ def _experiment_section(r: DemoRun) -> str:
            f"<p>{_e(r.summary)}</p>",
            f"<p class='meta'>{_e(describe(tally(r.result.claims)))} · {r.seconds:.1f} s · "
            f"<a href='{folder}/report.md'>report.md</a> · <a href='{folder}/metrics.json'>metrics.json</a> · "
-           f"<a href='{folder}/config.json'>config.json</a></p>"]
+           f"<a href='{folder}/config.json'>config.json</a>"
+           + "".join(f" · <a href='{folder}/{_e(name)}'>{_e(label)}</a>" for name, label in r.result.links.items())
+           + "</p>"]
     if r.result.summary:
         out.append(f"<p class='run-summary'>{_e(r.result.summary)}</p>")
     out.append("<div class='scroll'><table class='claims'><thead><tr><th class='status'>status</th><th>claim</th>"

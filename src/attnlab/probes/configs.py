@@ -18,6 +18,8 @@ class ProbeRun:
     text: str = option("wikitext-2/test.txt", "a file, or wikitext-2/test.txt / kjv / war-and-peace")
     tokens: int = option(2048, "tokens of the text to stream")
     chunk: int = option(512, "tokens per forward; each attends to everything before it")
+    view: int = option(512, "tokens of the text in OUT/view.html, attnlab view's page of its attention, sinks, "
+                       "heavy hitters and KV eviction (0: no page)")
     options: tuple[str, ...] = option((), "an option of the chosen probes' constructors, repeatable: layers=7,14,22 "
                                       "(superposition), first=4, eps=0.3 (sinks), heavy=64 (heavy-hitters), ...",
                                       flag="--option", metavar="KEY=VALUE", repeat=True)
@@ -30,6 +32,8 @@ class ProbeRun:
             raise UsageError(f"--tokens {self.tokens}: give at least 2 tokens")
         if self.chunk < 1:
             raise UsageError(f"--chunk {self.chunk}: give at least 1 token per forward")
+        if self.view < 0:
+            raise UsageError(f"--view {self.view}: give a token count (0: no page)")
         object.__setattr__(self, "probes", chosen(self.probes))  # (): every probe, named in config.json
         # built once here, so that a bad option (its type, its bounds) is one line before any model is loaded
         make_probes(self.probes, **probe_options(self.options, self.probes))

@@ -20,6 +20,7 @@ from attnlab.experiments.claims import finding
 from attnlab.experiments.registry import Result, register
 from attnlab.probes.base import PROBES
 from attnlab.probes.run import chosen, run_probes
+from attnlab.view.build import write_view
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,14 @@ class ProbesConfig:
     replacements: tuple[str, ...] = ("\n", " the")  # first-token stand-ins for the position check
     corpus_tokens: int = 102400  # the windowed probes' corpus (superposition: >= 100k tokens), same text
     window: int = 512  # its independent windows
+    view: int = 512  # tokens of the text in view.html (attnlab view's page); 0: none
     judge: bool = True  # False (quick): a few hundred tokens are not the claims' setting: findings
 
     def __post_init__(self):
-        if self.tokens < 2 or self.chunk < 1 or self.corpus_tokens < 2 or self.window < 2:
+        if self.tokens < 2 or self.chunk < 1 or self.corpus_tokens < 2 or self.window < 2 or self.view < 0:
             raise ConfigError(f"tokens={self.tokens}, chunk={self.chunk}, corpus_tokens={self.corpus_tokens}, "
-                              f"window={self.window}: need tokens, corpus_tokens and window >= 2, chunk >= 1")
+                              f"window={self.window}, view={self.view}: need tokens, corpus_tokens and window >= 2, "
+                              "chunk >= 1, view >= 0")
         chosen(self.probes)
 
 
@@ -90,6 +93,7 @@ def run_probes_experiment(cfg: ProbesConfig, ctx) -> Result:
     if swaps:
         metrics["sinks_position"], more, fig = _position(model, ids, tok, swaps, cfg, metrics, ctx)
         claims, figures = claims + more, {**figures, **fig}
+    links = write_view(model, tok, ids, ctx.out, {"model": cfg.model, "text": cfg.text}, cfg.view, ctx.progress)
     if not cfg.judge:
         claims = [finding(c.claim, c.measured) if c.status in ("holds", "fails") else c for c in claims]
     corpus_line = "" if corpus is None else (f" Windowed probes over the first {corpus.numel()} tokens in "
@@ -100,4 +104,4 @@ def run_probes_experiment(cfg: ProbesConfig, ctx) -> Result:
                + ("" if cfg.judge else " Quick mode: claims reported as findings."))
     return Result(claims, {"model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()), "chunk": cfg.chunk,
                            "corpus_tokens": 0 if corpus is None else int(corpus.numel()), "probes": list(names),
-                           **metrics}, figures, summary)
+                           **metrics}, figures, summary, links)

@@ -1,0 +1,53 @@
+"""Eviction replay: the kept sets are the real cache's. Several policies as the rows of one batch keep exactly
+what each keeps alone; window and sinks keep the positions their definitions name; the cache holds the
+budget plus the step's tokens."""
+import pytest
+import torch
+
+from attnlab.core.errors import UsageError
+from attnlab.kv.policies import RowPolicies, make_policy
+from attnlab.view.replay import policies_for, replay
+from tiny_models import random_ids, tiny
+
+T, BUDGET = 40, 12
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny("llama")
+
+
+@pytest.mark.parametrize("chunk", [1, 5])
+def test_policies_as_rows_of_one_batch_keep_what_each_keeps_alone(model, chunk):
+    ids = random_ids(T, seed=1)
+    policies = policies_for(("window", "sinks", "h2o", "sinks+h2o", "knorm"), (BUDGET,), 4)
+    together = replay(model, ids, policies, chunk)
+    for p, r in zip(policies, together):
+        (alone,) = replay(model, ids, [p], chunk)
+        assert r.policy == p.name and r.ends == alone.ends
+        assert torch.equal(r.kept, alone.kept), p.name
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_window_and_sinks_keep_the_positions_they_name_and_the_cache_holds_budget_plus_step(model, chunk):
+    ids = random_ids(T, seed=2)
+    window, sinks, h2o = replay(model, ids, policies_for(("window", "sinks", "h2o"), (BUDGET,), 4), chunk)
+    n_layers, n_kv = window.kept.shape[1:3]
+    for s, (start, end) in enumerate(zip([0] + window.ends, window.ends)):
+        held = min(end, BUDGET + end - start)  # evicted down to the budget, then the step's own tokens stored
+        recent = torch.zeros(T, dtype=torch.bool)
+        recent[end - held:end] = True
+        assert torch.equal(window.kept[s], recent.expand(n_layers, n_kv, T))
+        first = torch.zeros(T, dtype=torch.bool)
+        first[:min(4, end)] = True  # the sinks, and the most recent tokens in the rest of the slots
+        first[end - (held - min(4, end)):end] = True
+        assert torch.equal(sinks.kept[s], first.expand(n_layers, n_kv, T))
+        assert (h2o.kept[s].sum(-1) == held).all() and h2o.kept[s, ..., end:].sum() == 0
+
+
+def test_rows_of_one_batch_must_keep_as_many_slots():
+    with pytest.raises(UsageError, match="one budget"):
+        RowPolicies(rows=(make_policy("window", 8), make_policy("window", 16)))
+    with pytest.raises(UsageError, match="one budget"):  # a fraction: sinks reserve 4 slots, window none
+        RowPolicies(rows=(make_policy("window", 0.2), make_policy("sinks", 0.2)))
+    assert RowPolicies(rows=(make_policy("window", 0.2), make_policy("h2o", 0.2))).budget == 0.2
