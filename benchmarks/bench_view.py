@@ -47,6 +47,7 @@ def browse(page_file: Path, switches: int, shot: Path | None) -> dict:
         page.goto(page_file.as_uri())
         page.wait_for_selector("body[data-ready='1']", timeout=120_000)
         ready = time.perf_counter() - t0
+        version = browser.version
         layers, heads = page.evaluate("[window.attnlab.data.layers, window.attnlab.data.heads]")
         rng = random.Random(0)
         for k in range(switches):
@@ -63,7 +64,7 @@ def browse(page_file: Path, switches: int, shot: Path | None) -> dict:
             page.hover("#tokens span[data-i='200']")
             page.screenshot(path=str(shot), full_page=True)
         browser.close()
-    return {"ready_s": round(ready, 2), "switches": len(times),
+    return {"browser": f"chromium {version}", "ready_s": round(ready, 2), "switches": len(times),
             "switch_ms_median": round(statistics.median(times), 1),
             "switch_ms_p90": round(sorted(times)[int(0.9 * (len(times) - 1))], 1),
             "switch_ms_max": round(max(times), 1)}
@@ -89,7 +90,7 @@ def main() -> None:
         if shot:
             args.out.mkdir(parents=True, exist_ok=True)
         page = browse(Path(tmp) / f"view-{runs[0]['chunk']}.html", args.switches, shot)
-        figures.update(runs=runs, page=page, budget=BUDGET)
+        figures.update(model=args.model, text=args.text, tokens=args.tokens, runs=runs, page=page, budget=BUDGET)
         print(f"attnlab view, {args.tokens} tokens of {args.text}, {args.model}:\n")
         print("| --chunk | wall time (s) | file (MB) | under 30 s | under 5 MB |\n|---:|---:|---:|---|---|")
         for r in runs:

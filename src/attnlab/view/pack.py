@@ -3,8 +3,8 @@
 Attention is quantised to 8 bits per layer and head: q = round(255 · a / scale), scale = the head's largest
 weight, so a weight reads back as q · scale / 255 (error at most scale / 510). A causal map is its lower
 triangle, read column by column (key k, then its queries k .. T-1): a key's column is mostly zeros with a few
-runs, which deflate compresses best of the orders tried (row, diagonal, column: 3.74 vs 4.27 MB for SmolLM2 on
-512 tokens). Then the zeros go out: a bit mask of the nonzero entries and their values, as two streams (3.33 MB).
+runs, which deflate compressed best of the orders tried on SmolLM2 (by row, by diagonal, by column). Then the
+zeros go out: a bit mask of the nonzero entries and their values, as two streams, smaller again.
 
 Every array travels as a *blob*: zlib-deflated bytes written in base 85 (5 characters per 4 bytes; base64
 takes 6 per 4), which the page inflates with ``DecompressionStream("deflate")`` (in every current browser: no
@@ -19,7 +19,7 @@ import zlib
 import numpy as np
 import torch
 
-LEVEL = 6  # zlib's default: level 9 makes SmolLM2's 512-token maps 3% smaller and takes 3.4 s more (9x)
+LEVEL = 6  # zlib's default: level 9 made SmolLM2's maps a few percent smaller and took several times as long
 _TO_PAGE = bytes.maketrans(b"<", b",")  # RFC 1924's base 85 (Python's b85encode) -> the page's alphabet
 _FROM_PAGE = bytes.maketrans(b",", b"<")
 
