@@ -147,7 +147,7 @@ def test_list_follows_the_talk(capsys):
             "attention sinks from scratch", "what eviction forgets", "RoPE scaling"]
     assert [p for p, _ in parts][:8] == talk
     names = dict(parts)
-    assert names["Scan&Snap"] == ["scansnap-fig4", "scansnap-fig6", "scansnap-theorems"]  # registration order
+    assert names["Scan&Snap"] == ["scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "scansnap-theorem4-sweep"]
     assert set(names["JoMA"]) == {"joma-invariants", "joma-linear", "joma-nonlinear", "joma-cooccurrence",
                                   "joma-hierarchy"}
     assert names["real text"] == ["scansnap-fig7", "joma-wikitext"]
