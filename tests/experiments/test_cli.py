@@ -148,7 +148,8 @@ def test_list_follows_the_talk(capsys):
     assert [p for p, _ in parts][:8] == talk
     names = dict(parts)
     assert names["Scan&Snap"] == ["scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "scansnap-theorem4-sweep"]
-    assert set(names["JoMA"]) == {"joma-invariants", "joma-linear", "joma-nonlinear", "joma-cooccurrence",
+    assert set(names["JoMA"]) == {"joma-invariants", "joma-invariants-coupling", "joma-linear", "joma-nonlinear",
+                                  "joma-cooccurrence",
                                   "joma-hierarchy"}
     assert names["real text"] == ["scansnap-fig7", "joma-wikitext"]
     # a package's experiments module first, then its exp_* modules by name; the commands are experiments too

@@ -6,63 +6,20 @@ The runs are in :mod:`attnlab.theory.joma.invariants`, the figure in :mod:`attnl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
 from attnlab.theory.joma import plots
-from attnlab.theory.joma.invariants import cooccurrence_tables, exact_invariant_run, softmax_invariant_run
+from attnlab.theory.joma.invariants import (
+    InvariantsConfig,
+    cooccurrence_tables,
+    exact_invariant_run,
+    softmax_invariant_run,
+)
 from attnlab.theory.joma.model import make_embedding
 
 TALK_ORDER = 1  # the JoMA part of the talk: Theorem 1 first
-
-
-@dataclass(frozen=True)
-class InvariantsConfig:
-    # the authors' verification setup (joma/draw_figure_2_3.py)
-    num_distinct: int = 10
-    num_common: int = 10
-    num_classes: int = 20
-    hidden: int = 20  # K; linear-φ runs feed h to the loss directly, so K must equal num_classes
-    d: int = 30
-    embedding: str = "identity"  # identity (authors) | random | path to a .npy/.pt (d, M_c+1) matrix
-    seeds: int = 20
-    # softmax attention, as published: τ = 0.5, SGD lr 0.1 on W and z, 2000 steps, N(0,1)/100 init
-    tau: float = 0.5
-    lr: float = 0.1
-    steps: int = 2000
-    init_std: float = 0.01
-    corr_steps: tuple[int, ...] = (500, 2000)
-    corr_min: tuple[float, ...] = (0.99, 0.95)
-    # linear / exp attention from zero init at a small step, run to time η·steps = horizon
-    small_lr: float = 0.02
-    horizon: float = 200.0
-    max_rel_error: float = 0.01
-    relu_init_std: float = 0.1  # the ReLU + head runs start small and random (ReLU'(0) = 0)
-    record_every: int = 10
-
-    def __post_init__(self):
-        for name in ("num_distinct", "num_classes", "hidden", "d", "seeds", "steps", "record_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)}: use a positive integer")
-        if self.num_common < 0:
-            raise ConfigError(f"num_common={self.num_common}: use 0 or more")
-        for name in ("tau", "lr", "small_lr", "horizon", "init_std", "relu_init_std", "max_rel_error"):
-            if not getattr(self, name) > 0:  # also refuses NaN
-                raise ConfigError(f"{name}={getattr(self, name)}: use a positive number")
-        if len(self.corr_steps) != len(self.corr_min):
-            raise ConfigError("corr_steps and corr_min must have equal length (one threshold per step)")
-        if any(not 0 <= s <= self.steps for s in self.corr_steps):
-            raise ConfigError(f"corr_steps={self.corr_steps} must lie within 0..steps={self.steps}")
-        if self.horizon / self.small_lr > 200_000:
-            raise ConfigError(f"horizon/small_lr = {self.horizon / self.small_lr:.0f} steps: keep it under 200000")
-
-    @property
-    def num_contextual(self) -> int:
-        return self.num_distinct + self.num_common
 
 
 @register(

@@ -11,6 +11,7 @@ drift (``exp_step_drift`` gives it exactly), so the error shrinks with the step.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
@@ -89,6 +90,51 @@ def relative_error(z: torch.Tensor, zh: torch.Tensor) -> torch.Tensor:
     return err / travel
 
 
+@dataclass(frozen=True)
+class InvariantsConfig:
+    # the authors' verification setup (joma/draw_figure_2_3.py)
+    num_distinct: int = 10
+    num_common: int = 10
+    num_classes: int = 20
+    hidden: int = 20  # K; linear-φ runs feed h to the loss directly, so K must equal num_classes
+    d: int = 30
+    embedding: str = "identity"  # identity (authors) | random | path to a .npy/.pt (d, M_c+1) matrix
+    seeds: int = 20
+    # softmax attention, as published: τ = 0.5, SGD lr 0.1 on W and z, 2000 steps, N(0,1)/100 init
+    tau: float = 0.5
+    lr: float = 0.1
+    steps: int = 2000
+    init_std: float = 0.01
+    corr_steps: tuple[int, ...] = (500, 2000)
+    corr_min: tuple[float, ...] = (0.99, 0.95)
+    # linear / exp attention from zero init at a small step, run to time η·steps = horizon
+    small_lr: float = 0.02
+    horizon: float = 200.0
+    max_rel_error: float = 0.01
+    relu_init_std: float = 0.1  # the ReLU + head runs start small and random (ReLU'(0) = 0)
+    record_every: int = 10
+
+    def __post_init__(self):
+        for name in ("num_distinct", "num_classes", "hidden", "d", "seeds", "steps", "record_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)}: use a positive integer")
+        if self.num_common < 0:
+            raise ConfigError(f"num_common={self.num_common}: use 0 or more")
+        for name in ("tau", "lr", "small_lr", "horizon", "init_std", "relu_init_std", "max_rel_error"):
+            if not getattr(self, name) > 0:  # also refuses NaN
+                raise ConfigError(f"{name}={getattr(self, name)}: use a positive number")
+        if len(self.corr_steps) != len(self.corr_min):
+            raise ConfigError("corr_steps and corr_min must have equal length (one threshold per step)")
+        if any(not 0 <= s <= self.steps for s in self.corr_steps):
+            raise ConfigError(f"corr_steps={self.corr_steps} must lie within 0..steps={self.steps}")
+        if self.horizon / self.small_lr > 200_000:
+            raise ConfigError(f"horizon/small_lr = {self.horizon / self.small_lr:.0f} steps: keep it under 200000")
+
+    @property
+    def num_contextual(self) -> int:
+        return self.num_distinct + self.num_common
+
+
 # --------------------------------------------------------------------------- runs
 def cooccurrence_tables(seeds: int, num_distinct: int, num_common: int, num_classes: int, kind: str,
                         gen: torch.Generator) -> torch.Tensor:
@@ -136,9 +182,10 @@ def exact_invariant_run(U: torch.Tensor, x: torch.Tensor, y: torch.Tensor, form:
 
 def softmax_invariant_run(U: torch.Tensor, X: torch.Tensor, y: torch.Tensor, tau: float, lr: float, steps: int,
                           hidden: int, init_std: float, record_every: int, gen: torch.Generator,
-                          on_step: Callable[[int], None] | None = None) -> tuple[JomaHistory, torch.Tensor, dict]:
+                          on_step: Callable[[int], None] | None = None,
+                          observe=None) -> tuple[JomaHistory, torch.Tensor, dict]:
     """Softmax attention in the authors' setup: tables X (S, M_c, C), W, z ~ N(0, init_std²) from ``gen``,
-    ẑ with their estimate (b̄ = mean attention at z = 0, ‖W‖²_F for the norm term).
+    ẑ with their estimate (b̄ = mean attention at z = 0, ‖W‖²_F for the norm term). ``observe``: see ``train``.
 
     -> (history, Pearson(ẑ, z) (T, S), :func:`softmax_diagnostics`)."""
     S, M_c = X.shape[0], X.shape[1]
@@ -146,7 +193,7 @@ def softmax_invariant_run(U: torch.Tensor, X: torch.Tensor, y: torch.Tensor, tau
     W0 = torch.randn(S, U.shape[0], hidden, generator=gen) * init_std
     z0 = torch.randn(S, M_c, generator=gen) * init_std
     h = train(layer, X.transpose(1, 2).contiguous(), y, W0, z0, lr, lr, steps, None,
-              record_steps(steps, record_every), on_step)
+              record_steps(steps, record_every), on_step, observe)
     zh = zhat("softmax", h.V, h.z[0], 1.0, tau, bbar=X.mean(-1), norm_sq=h.W_sq)
     return h, pearson(h.z, zh), softmax_diagnostics(h, X.transpose(1, 2), tau)
 

@@ -181,12 +181,14 @@ def train(
     head0: torch.Tensor | None = None,
     record: Sequence[int] | None = None,
     on_step: Callable[[int], None] | None = None,
+    observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
 ) -> JomaHistory:
     """Full-batch gradient descent on W, z (and the head, if any), all S runs at once.
 
     x: (N, M_c) inputs, shared or per run (S, N, M_c); y: (N,) labels; W0: (S, d, K); z0: (S, M_c);
     head0: (S, K, C) or None.
     ``record``: steps at which V, z are stored (default: every step, 0..steps).
+    ``observe(t, W, z)``: called before update t + 1 with the current parameters (detached; read, do not keep).
     """
     num_classes = int(y.max()) + 1 if head0 is None else head0.shape[-1]
     layer.check_shapes(W0.shape[-1], num_classes, x)
@@ -210,6 +212,8 @@ def train(
             losses.append(layer.loss_per_run(W, z, x, y, head))
 
     def update(t: int) -> None:
+        if observe is not None:
+            observe(t, W.detach(), z.detach())
         grads = torch.autograd.grad(layer.loss(W, z, x, y, head), params)
         with torch.no_grad():
             for p, g, lr in zip(params, grads, lrs):

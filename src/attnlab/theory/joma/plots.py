@@ -245,3 +245,20 @@ def hierarchy_scores(levels, n_layers: int, classes: int, evals: dict, marks, tr
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
     ax.set_title("loss / accuracy")
     ctx.savefig(fig, name)
+
+
+# --------------------------------------------------------------------------- joma-invariants-coupling
+def coupling(runs: dict, ctx, name: str = "coupling.png") -> None:
+    """Per run: the invariant's error against the measured coupling κ; and Pearson before/after adding C."""
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    for (kind, r), colour in zip(runs.items(), ("C0", "C3")):
+        a0.scatter(r["coupling"], r["error"], color=colour, label=f"{kind} P", s=18)
+        a1.scatter(r["pearson"], r["with_coupling"], color=colour, label=f"{kind} P", s=18)
+    a0.set(xscale="log", yscale="log", xlabel="coupling κ = ‖C‖ / ‖z − z(0)‖ (centred)",
+           ylabel="1 − Pearson(ẑ, z), last step", title="the invariant's error vs the coupling it drops")
+    a1.axline((0.9, 0.9), slope=1, color="grey", lw=0.8)
+    a1.set(xlabel="Pearson(ẑ, z): the authors' estimate", ylabel="Pearson(ẑ + C, z)",
+           title="adding the measured coupling")
+    for a in (a0, a1):
+        a.legend(fontsize=8)
+    ctx.savefig(fig, name)
