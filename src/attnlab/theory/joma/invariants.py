@@ -198,15 +198,22 @@ def softmax_invariant_run(U: torch.Tensor, X: torch.Tensor, y: torch.Tensor, tau
     return h, pearson(h.z, zh), softmax_diagnostics(h, X.transpose(1, 2), tau)
 
 
-def softmax_diagnostics(h: JomaHistory, x: torch.Tensor, tau: float) -> dict:
-    """Why softmax's ẑ drifts: how far b̄ moves, and ẑ with the measured b̄(t) in the norm term
-    (trapezoid along the recorded path). x: (S, C, M_c)."""
+def zhat_path(h: JomaHistory, x: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(b̄(t) (T, S, M_c), ẑ with the measured b̄(t) and ‖V‖² in the norm term, trapezoid along the recorded
+    path (T, S, M_c)). x: (S, C, M_c)."""
     bbar = torch.stack([attention(z, x, "softmax", tau).mean(1) for z in h.z])  # (T, S, M_c)
     norm_sq = h.V.pow(2).sum((-2, -1))  # (T, S)
     step = 0.5 * (bbar[1:] + bbar[:-1]) * norm_sq.diff(dim=0)[..., None]  # (T-1, S, M_c)
     integral = torch.cat([torch.zeros_like(bbar[:1]), step.cumsum(0)])
     q = h.V.pow(2).sum(-1)
-    zh_path = h.z[0] + (q - q[0] - integral) / (2 * tau)
+    return bbar, h.z[0] + (q - q[0] - integral) / (2 * tau)
+
+
+def softmax_diagnostics(h: JomaHistory, x: torch.Tensor, tau: float) -> dict:
+    """Why softmax's ẑ drifts: how far b̄ moves, and ẑ with the measured b̄(t) in the norm term
+    (trapezoid along the recorded path). x: (S, C, M_c)."""
+    bbar, zh_path = zhat_path(h, x, tau)
+    norm_sq = h.V.pow(2).sum((-2, -1))  # (T, S)
     zh_const = zhat("softmax", h.V, h.z[0], 1.0, tau, bbar=bbar[0], norm_sq=norm_sq)
     return {
         "max_bbar_drift": float((bbar[-1] - bbar[0]).abs().max()),
