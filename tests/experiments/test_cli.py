@@ -149,8 +149,7 @@ def test_list_follows_the_talk(capsys):
     names = dict(parts)
     assert names["Scan&Snap"] == ["scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "scansnap-theorem4-sweep"]
     assert set(names["JoMA"]) == {"joma-invariants", "joma-invariants-coupling", "joma-linear", "joma-nonlinear",
-                                  "joma-cooccurrence",
-                                  "joma-hierarchy"}
+                                  "joma-cooccurrence", "joma-hierarchy", "joma-hierarchy-controls"}
     assert names["real text"] == ["scansnap-fig7", "joma-wikitext"]
     # a package's experiments module first, then its exp_* modules by name; the commands are experiments too
     assert names["probes: inside a pretrained model"] == ["probes", "probe"]

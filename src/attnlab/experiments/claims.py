@@ -58,6 +58,10 @@ class Claim:
         """The same claim with an explanation attached (``check(...).because("...")``)."""
         return replace(self, note=note)
 
+    def failing_because(self, note: str) -> "Claim":
+        """:meth:`because` for a claim that fails; one that holds needs no explanation and is returned as it is."""
+        return self.because(note) if self.status == "fails" else self
+
 
 def check(claim: str, measured: float, expected: float, tolerance: float = 0.0, test: str = "abs") -> Claim:
     """Build a :class:`Claim`, deciding ``holds`` by the named test. NaN never holds."""

@@ -11,15 +11,18 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+import time
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from attnlab.core.errors import ConfigError
 from attnlab.core.metrics import attention_entropy
-from attnlab.theory.joma.hierarchy import HierarchyData, LatentTree
-from attnlab.theory.joma.transformer import PostLNTransformer, train_classifier
+from attnlab.theory.joma.hierarchy import VARIANTS, HierarchyData, LatentTree, LatentTreeConfig, TopDownConfig
+from attnlab.theory.joma.transformer import PostLNTransformer, TransformerConfig, train_classifier
 
 
 # --------------------------------------------------------------------------- co-occurrence
@@ -160,3 +163,76 @@ def train_and_score(model: PostLNTransformer, data: HierarchyData, ev, controls:
 
     loss, acc = train_classifier(model, draw, steps, lr, weight_decay, device, score, marks, on_step)
     return evals, loss, acc
+
+
+# --------------------------------------------------------------------------- one training run
+@dataclass(frozen=True)
+class HierarchyConfig:
+    """Deviation from the authors (3 blocks, d = 1024, FFN 400, Adam lr 1e-5, wd 1e-4, 10k steps,
+    batch 128): far too slow on 2 CPU cores, so a smaller model (d = 64, FFN 256, 4 heads) with
+    a 100x larger learning rate and 800 steps; same batch size, weight decay and data."""
+
+    variant: str = "topdown"  # topdown: the authors' Table 1 data; tree: the probabilistic latent tree
+    data: TopDownConfig = TopDownConfig()  # also gives seq_len for variant=tree
+    tree: LatentTreeConfig = LatentTreeConfig(num_classes=4, height=4)  # variant=tree only: 32 tokens
+    model: TransformerConfig = TransformerConfig()
+    steps: int = 800
+    batch_size: int = 128
+    lr: float = 1e-3  # Adam; authors 1e-5 over 10k steps
+    weight_decay: float = 1e-4  # Adam's L2 term, as the authors
+    eval_size: int = 2048  # fresh held-out batch for scores and accuracy
+    n_evals: int = 9  # score checkpoints, step 0 included
+    bayes_samples: int = 50_000  # to bracket the Bayes-optimal accuracy from token sets
+    margin: float = 0.1  # a "clear" gain of a level's best score over its step-0 value
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"variant={self.variant!r}: use one of {', '.join(VARIANTS)}")
+        if self.variant == "tree" and self.tree.branching ** (self.tree.height - 1) > self.data.seq_len:
+            raise ConfigError(f"a tree class can emit {self.tree.branching ** (self.tree.height - 1)} tokens > "
+                              f"data.seq_len={self.data.seq_len}: raise data.seq_len or lower tree.height")
+        if min(self.steps, self.batch_size, self.eval_size, self.bayes_samples) < 1 or self.n_evals < 2:
+            raise ConfigError("need steps, batch_size, eval_size, bayes_samples >= 1 and n_evals >= 2")
+        if not (self.lr > 0 and self.weight_decay >= 0):
+            raise ConfigError(f"lr={self.lr}, weight_decay={self.weight_decay}: need lr > 0 and weight_decay >= 0")
+
+
+class HierarchyRun(NamedTuple):
+    data: HierarchyData
+    evals: dict  # step -> :func:`evaluate`'s dict
+    marks: list[int]  # the evaluated steps
+    train_loss: list[float]
+    train_acc: list[float]
+    bayes: tuple[float, float] | None  # the Bayes-optimal accuracy's bracket (with_bayes), else None
+    seconds: float
+
+
+def hierarchy_run(cfg: HierarchyConfig, seed: int, device: str = "cpu", on_step: Callable[[int], None] | None = None,
+                  with_bayes: bool = False) -> HierarchyRun:
+    """One model trained on the hierarchy from ``seed`` and scored at log-spaced steps, against the true latents
+    and two controls: shuffled latents (no relation to the input: the null) and latents of an independent draw
+    with the SAME labels (what class identity alone explains)."""
+    t_start = time.perf_counter()
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    data = HierarchyData(cfg.variant, cfg.data, cfg.tree)
+    ev = data.draw(cfg.eval_size, torch.Generator().manual_seed(seed + 10_000))
+    perm = torch.randperm(cfg.eval_size, generator=torch.Generator().manual_seed(seed + 20_000))
+    resampled = data.draw(cfg.eval_size, torch.Generator().manual_seed(seed + 30_000), ev[2])[3]
+    controls = {"shuffled": [z[perm] for z in ev[3]], "same_class_resample": resampled}
+    bayes = None
+    if with_bayes:
+        big = data.draw(cfg.bayes_samples, torch.Generator().manual_seed(seed + 40_000))
+        bayes = bayes_accuracy(big[4], big[2], data.classes)
+    model = PostLNTransformer(cfg.model, data.vocab, cfg.data.seq_len, data.classes, data.pad_id).to(device)
+    marks = sorted({0, cfg.steps,
+                    *(int(s) for s in np.geomspace(max(cfg.steps / 32, 1), cfg.steps, cfg.n_evals - 1).round())})
+    evals, loss, acc = train_and_score(model, data, ev, controls, marks, cfg.steps, cfg.batch_size, cfg.lr,
+                                       cfg.weight_decay, gen, device, on_step)
+    return HierarchyRun(data, evals, marks, loss, acc, bayes, time.perf_counter() - t_start)
+
+
+def null_bound(cfg: HierarchyConfig) -> float:
+    """sqrt(2 ln F / N): E max of F null correlations over N samples is below it."""
+    return math.sqrt(2 * math.log(cfg.model.d_ffn) / cfg.eval_size)

@@ -127,12 +127,10 @@ def _run(cfg: CouplingConfig, ctx) -> Result:
 
 def _closure(claim, medians: dict, threshold: float):
     """A failing closure says which of the authors' other substitutions carries the rest."""
-    if claim.status == "holds":
-        return claim
     a, v, p = medians["with_coupling"], medians["with_coupling_v_norm"], medians["with_coupling_path"]
     rest = ("the b̄ held at its start" if p >= threshold > v else "‖W‖²_F for ‖V‖²" if v >= threshold
             else "neither alone")
-    return claim.because(
+    return claim.failing_because(
         f"ẑ + C is the authors' estimate plus the coupling; the estimate also replaces ‖V‖² by ‖W‖²_F (W's rows off "
         f"the contextual embeddings grow too) and b̄(t) by b̄ at z = 0. Median Pearson with C added: {a:.4f} as "
         f"printed, {v:.4f} with ‖V‖², {p:.4f} with ‖V‖² and the measured b̄(t) along the path (P + C = z − z(0) "

@@ -262,3 +262,25 @@ def coupling(runs: dict, ctx, name: str = "coupling.png") -> None:
     for a in (a0, a1):
         a.legend(fontsize=8)
     ctx.savefig(fig, name)
+
+
+# --------------------------------------------------------------------------- joma-hierarchy-controls
+def hierarchy_controls(levels, marks, curves, base, shuffled, t_half, ctx, name: str = "hierarchy_controls.png"):
+    """One panel per level: each seed's best-layer score along training, the random-feature band, the shuffled
+    latents' score; last panel: each level's half-gain step per seed."""
+    fig, axes = plt.subplots(1, len(levels) + 1, figsize=(4.2 * (len(levels) + 1), 3.6), layout="constrained")
+    x = [max(m, marks[1] / 2) for m in marks]  # step 0 half a log-step before the first evaluation
+    for j, (lvl, ax) in enumerate(zip(levels, axes)):
+        mu, sd = base[:, j].mean(), base[:, j].std(ddof=1)
+        ax.axhspan(mu - 2 * sd, mu + 2 * sd, color="grey", alpha=0.25, label="untrained (±2 SD)")
+        for k, c in enumerate(curves):
+            ax.plot(x, c[:, j], color=f"C{k}", lw=1.2, label=f"seed {k}")
+        ax.axhline(shuffled[:, j].max(), color="black", ls=":", lw=0.8, label="shuffled latents")
+        ax.set(xscale="log", xlabel="step (first point: init)", ylabel="best-layer alignment score", title=lvl)
+    axes[0].legend(fontsize=7)
+    ax = axes[-1]
+    for j, lvl in enumerate(levels):
+        ax.scatter(np.full(len(t_half), j), t_half[:, j], color=[f"C{k}" for k in range(len(t_half))])
+    ax.set(xticks=range(len(levels)), xticklabels=[lvl.split(" (")[0] for lvl in levels], yscale="log",
+           ylabel="step at half the gain", title="which level first (per seed)")
+    ctx.savefig(fig, name)

@@ -117,7 +117,7 @@ def _claims(cells: dict, cfg: Theorem4SweepConfig) -> list:
                     min(c["r2"][-1] for c in row), cfg.r2_min, 0.0, "at_least")
         rising = all(np.all(np.diff(c["r2"]) > 0) for c in row)
         lows = ", ".join(f"{min(c['r2'][i] for c in row):.2f}" for i in range(len(cfg.horizons)))
-        claims.append(fit if fit.status == "holds" else fit.because(
+        claims.append(fit.failing_because(
             f"min R² over M by horizon: {lows} at t = {', '.join(f'{x:g}' for x in cfg.horizons)}; "
             + ("it rises with the horizon at every M: B_n approaches the ln-ln form, but slowly (the form's "
                "variable is ln ln t), and the approach is unfinished at the longest horizon integrated"
@@ -128,7 +128,7 @@ def _claims(cells: dict, cfg: Theorem4SweepConfig) -> list:
                           f"at every M (η_Y/η_Z = {ratio:g}; fraction of M)", float(np.mean(shrinks)), 1.0, 0.0,
                           "at_least")
             paths = [_path(c, h0) for c, ok in zip(row, shrinks) if not ok]
-            claims.append(trend if trend.status == "holds" else trend.because(
+            claims.append(trend.failing_because(
                 "where it does not, " + "; ".join(paths)))
         for c in row:
             claims.append(check(f"Theorem 4's constant 2Kη_Z/η_Y is B_n's asymptotic one: a_eff(t = {h1:g}) / a_pred "
