@@ -119,8 +119,10 @@ def _run(cfg: CouplingConfig, ctx) -> Result:
                f"1 − Pearson) = {rho:.2f}; with the coupling added, Pearson(ẑ + C, z) median {closure:.4f} (random P). "
                f"The split is exact: max |z − z(0) − P − C| = "
                f"{max(r['identity_error'] for r in runs.values()):.1e}.")
+    medians = {k: {q: float(torch.tensor(r[q]).median()) for q in ("pearson", "with_coupling")}
+               for k, r in runs.items()}
     return Result(claims, {"runs": runs, "spearman": rho, "median_coupling": med, "closure_median": closure,
-                           "closure_medians_random": step_by_step},
+                           "closure_medians_random": step_by_step, "medians": medians},
                   {"coupling.png": "Per seed: the invariant's error 1 − Pearson(ẑ, z) at the last step against the "
                                    "measured coupling κ = ‖C‖/‖z − z(0)‖, random P and Gaussian bumps."}, summary)
 
