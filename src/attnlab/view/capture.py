@@ -28,11 +28,12 @@ class Capture:
     def see(self, p: torch.Tensor, n_kv: int) -> None:
         """One layer's attention p: (H, T, T)."""
         h, t, _ = p.shape
-        rows = p[:, 1:].double() if t > 1 else p.double()  # row 0 sees only itself: share 1, entropy 0, always
+        full = p.double()
+        rows = full[:, 1:] if t > 1 else full  # row 0 sees only itself: share 1, entropy 0, always
         self.sink.append(sink_share(rows).mean(-1).tolist())
         self.entropy.append(attention_entropy(rows).mean(-1).tolist())
         # H2O's accumulated attention: per KV head, over the query heads of its group (adjacent, as repeat_kv)
-        self.accumulated.append(received_attention(p.double().reshape(n_kv, (h // n_kv) * t, t)))
+        self.accumulated.append(received_attention(full.reshape(n_kv, (h // n_kv) * t, t)))
         q, scale = quantise(p)
         mask, values, counts = pack_heads(q)
         self.mask.write(mask)

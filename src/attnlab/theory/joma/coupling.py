@@ -57,9 +57,7 @@ class CouplingMeter:
         layer, tau = self.layer, self.layer.tau
         with torch.enable_grad():  # g = ∂L/∂h: the loss's gradient at the hidden nodes, per class
             h = layer.hidden(W, z, self.x).requires_grad_(True)  # (S, N, K)
-            logp = h.log_softmax(-1)
-            loss = -logp.gather(-1, self.y.expand(h.shape[0], -1)[..., None]).squeeze(-1).mean(-1).sum()
-            (g,) = torch.autograd.grad(loss, h)  # (S, N, K)
+            (g,) = torch.autograd.grad(layer.loss_of_hidden(h, self.y).sum(), h)  # (S, N, K)
         b = attention(z, self.x, "softmax", tau)  # (S, N, M_c)
         V = layer.U_C.T.to(W.dtype) @ W  # (S, M_c, K)
         vg = torch.einsum("slk,snk->snl", V, g)  # (S, N, M_c): v_l · g_k

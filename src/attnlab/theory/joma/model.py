@@ -140,7 +140,10 @@ class JomaLayer:
 
     def loss_per_run(self, W, z, x, y, head: torch.Tensor | None = None) -> torch.Tensor:
         """Each run's mean loss over the N samples. -> (S,)."""
-        h = self.hidden(W, z, x)  # (S, N, K)
+        return self.loss_of_hidden(self.hidden(W, z, x), y, head)
+
+    def loss_of_hidden(self, h: torch.Tensor, y: torch.Tensor, head: torch.Tensor | None = None) -> torch.Tensor:
+        """Each run's mean loss given the hidden nodes h (S, N, K): the objective alone (its gradient is g). -> (S,)."""
         if self.objective == "g":
             # L = -(1/N) Σ_n g_{y_n}ᵀ h_n with g = rows of I - 11ᵀ/K: ∂L/∂h is constant in time
             K = h.shape[-1]
