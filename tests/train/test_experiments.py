@@ -87,6 +87,21 @@ def test_joma_wikitext_runs_on_a_tiny_corpus(tmp_path):
     assert (tmp_path / "run" / "joma_wikitext.png").is_file()
 
 
+@pytest.mark.slow
+def test_a_reading_equals_the_shorter_run(tmp_path):
+    """readings=4 of an 8-step run is what a 4-step run measures: the lr is constant, so a prefix is that run."""
+    def run(name, *extra):
+        argv = ["reproduce", "joma-wikitext", "--out", str(tmp_path / name)]
+        for s in _corpus(tmp_path) + ["layers=2", "track_every=2", "eval_every=4", "eval_batches=2", *extra]:
+            argv += ["--set", s]
+        assert cli.main(argv) == 0
+        return json.loads((tmp_path / name / "metrics.json").read_text())["runs"]["2"]
+
+    long, short = run("long", "steps=8", "readings=4,8"), run("short", "steps=4")
+    assert long["by_step"]["4"] == {**short["layers"][0], "last_layer": short["layers"][-1]["final"]}
+    assert {k: v for k, v in long["by_step"]["8"].items() if k != "last_layer"} == long["layers"][0]
+
+
 def test_curve_shape_measures_drop_and_recovery():
     import numpy as np
 
@@ -94,3 +109,26 @@ def test_curve_shape_measures_drop_and_recovery():
 
     shape = curve_shape(np.array([0, 10, 20, 30]), np.array([2.0, 1.0, 1.2, 1.5]))
     assert shape == {"start": 2.0, "min": 1.0, "min_step": 10, "final": 1.5, "recovered": 0.5}
+
+
+def test_readings_are_the_curve_cut_at_each_step():
+    import numpy as np
+
+    from attnlab.train.exp_joma_text import curve_shape, first_reaching, readings_at
+
+    steps = np.array([0, 10, 20, 30, 40])
+    h = np.array([[2.0, 3.0], [1.0, 2.5], [1.1, 2.4], [1.5, 2.6], [1.9, 2.2]])  # (points, layers)
+    by = readings_at(steps, h, (20, 40))
+    assert by["20"] == {**curve_shape(steps[:3], h[:3, 0]), "last_layer": 2.4}
+    assert by["40"]["recovered"] == curve_shape(steps, h[:, 0])["recovered"]  # the whole run: the final shape
+    assert first_reaching(by, 0.5) == 40 and first_reaching(by, 0.05) == 20 and first_reaching(by, 0.95) is None
+
+
+def test_readings_outside_the_run_are_refused():
+    from attnlab.core.errors import ConfigError
+    from attnlab.train.exp_joma_text import JomaTextConfig
+
+    with pytest.raises(ConfigError, match="readings"):
+        JomaTextConfig(steps=3000, readings=(3000, 6000))
+    with pytest.raises(ConfigError, match="multiples"):
+        JomaTextConfig(steps=3000, track_every=50, readings=(1025,))

@@ -35,6 +35,9 @@ class JomaTextConfig(WordLevelConfig):
     eval_every: int = 500
     eval_batches: int = 0  # 0: the whole validation split
     seed: int = 0
+    # steps at which the curves are also read: prefixes of this run, which *are* the shorter runs (the lr is
+    # constant, no schedule), so one 12k-step run answers 3k, 6k and 12k (issue 38: how long recovery needs)
+    readings: tuple[int, ...] = ()
     # claim thresholds, fixed before the first run
     drop_ratio: float = 0.85  # layer-0 entropy falls to <= 0.85 x its step-0 value ...
     drop_within: float = 0.5  # ... within the first half of training
@@ -45,6 +48,10 @@ class JomaTextConfig(WordLevelConfig):
         if self.steps < 2 * self.track_every:
             raise ConfigError(f"steps={self.steps} must be at least 2 x track_every={self.track_every} "
                               "so an entropy curve exists")
+        bad = [r for r in self.readings if not 2 * self.track_every <= r <= self.steps or r % self.track_every]
+        if bad:
+            raise ConfigError(f"readings={bad}: read at multiples of track_every={self.track_every} between "
+                              f"{2 * self.track_every} and steps={self.steps}, e.g. readings=3000,6000")
 
 
 def curve_shape(steps: np.ndarray, h: np.ndarray) -> dict:
@@ -53,6 +60,21 @@ def curve_shape(steps: np.ndarray, h: np.ndarray) -> dict:
     drop = h[0] - h[i]
     return {"start": float(h[0]), "min": float(h[i]), "min_step": int(steps[i]), "final": float(h[-1]),
             "recovered": float((h[-1] - h[i]) / drop) if drop > 0 else 0.0}
+
+
+def readings_at(steps: np.ndarray, h: np.ndarray, at: tuple[int, ...]) -> dict[str, dict]:
+    """The curves read as if training had stopped at each step of ``at``: per reading, layer 0's shape
+    (:func:`curve_shape` of the prefix) and the last layer's entropy there. h: (points, layers)."""
+    out = {}
+    for step in at:
+        keep = steps <= step
+        out[str(step)] = {**curve_shape(steps[keep], h[keep, 0]), "last_layer": float(h[keep, -1][-1])}
+    return out
+
+
+def first_reaching(by_step: dict[str, dict], share: float) -> int | None:
+    """The first reading whose layer-0 recovery is at least ``share`` (None: none of them)."""
+    return next((int(s) for s, r in by_step.items() if r["recovered"] >= share), None)
 
 
 @register(
@@ -77,6 +99,10 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
         table[depth] = {"layers": [curve_shape(steps, h[:, l]) for l in range(depth)],
                         "best_valid_loss": min(valid), "final_valid_loss": valid[-1],
                         "paper_best_valid_loss": PAPER_BEST_VALID.get(depth)}
+        if cfg.readings:
+            by_step = readings_at(steps, h, tuple(sorted(cfg.readings)))
+            table[depth]["by_step"] = by_step
+            table[depth]["recovery_reached_at"] = first_reaching(by_step, cfg.recovery_fraction)
         h0 = h[:, 0]  # the lowest layer, as in Fig. 7
         early = h0[steps <= cfg.drop_within * cfg.steps].min()
         claims.append(check(
@@ -111,6 +137,11 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
                           + "; ".join(f"L{l} {c['start']:.2f} -> {c['min']:.2f} (step {c['min_step']}) -> "
                                       f"{c['final']:.2f}" for l, c in enumerate(row["layers"])) + "."
                           for d, row in table.items()))
+    if cfg.readings:
+        summary += " Layer-0 recovery by step: " + "; ".join(
+            f"{d}L " + ", ".join(f"{s}: {r['recovered']:.1%}" for s, r in row["by_step"].items())
+            + f" (>= {cfg.recovery_fraction:.0%} first at {row['recovery_reached_at'] or 'none of them'})"
+            for d, row in table.items()) + "."
     return Result(claims, {"runs": {str(k): v for k, v in table.items()}}, {
         "joma_wikitext.png": "Attention entropy per layer over training (probe minibatch, dropout off), one panel per "
                              "depth; dotted: the uniform causal attention's entropy. Right: training (solid) and "
