@@ -90,6 +90,12 @@ def test_long_ppl_is_the_sliding_window_protocol_on_the_same_tokens():
         assert res.ppl(n) == pytest.approx(math.exp(np.mean(res.nll[n])))
 
 
+def test_a_window_as_long_as_the_stride_is_refused():
+    """Its first scored token would have no token before it (its logits would be read off the window's end)."""
+    with pytest.raises(UsageError, match="not longer than the stride"):
+        long_ppl(tiny_llama(), torch.arange(100) % 7, [16, 32], stride=16)
+
+
 def test_dynamic_ntk_is_scored_at_each_length_own_frequencies():
     """Dynamic NTK follows the forward's length: a 48-token window (inside the trained 64) is
     scored with the original RoPE, a 96-token one with rescaled frequencies."""
@@ -216,7 +222,7 @@ def test_zero_windows_score_every_stride():
     ("passkey", ["--scalings", "none,ntkk"], "did you mean 'ntk'"),
     ("passkey", ["--lengths", "100000000000"], "shorter --lengths"),
     ("longppl", ["--model", "GPT2"], "no rotary position embedding"),
-    ("longppl", ["--lengths", "64", "--stride", "128"], "every length >= the stride"),
+    ("longppl", ["--lengths", "64", "--stride", "128"], "every length > the stride"),
     ("longppl", ["--text", "/no/such/text.txt"], "--text PATH"),
     ("longppl", ["--stride", "0"], "--stride 0"),
     ("longppl", ["--windows", "-1"], "--windows -1"),
@@ -279,15 +285,15 @@ def test_longppl_and_zero_shot_refuse_the_same_windows():
 
     zero_shot = registry.get("rope-zero-shot").config_cls
     for key, value, says in (("stride", "0", "--stride 0"), ("windows", "-1", "--windows -1"),
-                             ("ppl_lengths", "64,512", "ppl_lengths 64: need every length >= the stride")):
+                             ("ppl_lengths", "64,512", "ppl_lengths 64: need every length > the stride")):
         with pytest.raises(UsageError, match=says):
             resolve(zero_shot, {key: value, **({"stride": "128"} if key == "ppl_lengths" else {})})
 
 
 @pytest.mark.slow
 def test_pi_finetune_runs_small_and_saves_its_scaling(tmp_path, monkeypatch):
-    """The experiment end to end at toy size: two claims, the curves, and a PI model that reloads
-    with linear RoPE scaling in its config."""
+    """The experiment end to end at toy size: the table (same tokens, 1/2/4 x the window) per scaling before
+    and after fine-tuning, the claims, the curves, and a PI model that reloads with linear RoPE scaling."""
     import json
 
     from transformers import AutoModelForCausalLM
@@ -296,22 +302,62 @@ def test_pi_finetune_runs_small_and_saves_its_scaling(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     text = tmp_path / "t.txt"
-    text.write_text("the cat sat on the mat and the dog ran to the cat.\n" * 200)
-    sets = {"train": text, "valid": text, "vocab_size": 300, "d_model": 16, "layers": 1, "heads": 2, "kv_heads": 1,
-            "d_ffn": 32, "short": 16, "long": 64, "base_steps": 6, "finetune_steps": 10, "eval_every": 5,
-            "eval_batches": 2, "batch_size": 2}
+    text.write_text("the cat sat on the mat and the dog ran to the cat.\n" * 400)
+    sets = {"text": text, "vocab_size": 300, "d_model": 16, "layers": 1, "heads": 2, "kv_heads": 1, "d_ffn": 32,
+            "short": 16, "long": 64, "base_batch": 4, "base_steps": 6, "finetune_steps": 10, "eval_every": 5,
+            "suffice_steps": 5, "eval_batches": 2, "batch_size": 2, "table_windows": 3}
     out = tmp_path / "pi"
     argv = ["reproduce", "pi-finetune", "--out", str(out)] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     assert main(argv) == 0
     m = json.loads((out / "metrics.json").read_text())
-    assert len(m["claims"]) == 2 and m["steps"] == [0, 5, 10]
-    assert len(m["ppl_direct"]) == len(m["ppl_pi"]) == 3 and m["ppl_direct"][0] != m["ppl_pi"][0]
+    assert m["windows"] == [16, 32, 64] and set(m["table"]) == {"none", "pi", "ntk", "yarn"}
+    assert len(m["claims"]) == 6 + 1 + 2  # PI's table, NTK's, YaRN's two
+    for name, row in m["table"].items():
+        assert len(row["before"]) == len(row["after"]) == 3 and m["curves"][name]["steps"] == [0, 5, 10]
+    # one base for every scaling, read under each one's frequencies: PI's differ from none's inside the window too
+    assert m["table"]["none"]["before"][0] != m["table"]["pi"]["before"][0]
     cfg = json.loads((out / "pi_model" / "config.json").read_text())
     assert cfg["rope_parameters"]["rope_type"] == "linear" and cfg["rope_parameters"]["factor"] == 4.0
     reloaded = AutoModelForCausalLM.from_pretrained(out / "pi_model")
     pi_freq, _ = make_scaling("pi", 4.0).frequencies(10000.0, 8, 16)  # head dim 16 / 2 heads
     torch.testing.assert_close(reloaded.model.rotary_emb.inv_freq, pi_freq, atol=0, rtol=1e-6)
     assert (out / "pi_finetune.png").stat().st_size > 0
+
+
+def test_pi_finetune_table_is_one_protocol_for_every_window(tmp_path):
+    """A row scores the same held-out tokens at every window: with windows that all fit inside the trained
+    context and no position dependence beyond it, a model that ignores position (here: a 1-token context
+    bigram, its attention only on itself) gives the same PPL at 1, 2 and 4 x the window."""
+    from attnlab.rope.exp_pi_finetune import PIFinetuneConfig, table_row
+
+    class Bigram(torch.nn.Module):  # logits from the current token alone: context length cannot matter
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Embedding(50, 50)
+
+        def forward(self, input_ids, logits_to_keep, use_cache=False):
+            return type("Out", (), {"logits": self.table(input_ids)[:, logits_to_keep]})
+
+    class Wrapped:
+        hf = Bigram()
+
+    ids = torch.randint(0, 50, (2000,), generator=torch.Generator().manual_seed(0))
+    row = table_row(Wrapped(), ids, PIFinetuneConfig(short=16, long=64, table_windows=5))
+    assert row[0] == pytest.approx(row[1], rel=1e-12) and row[1] == pytest.approx(row[2], rel=1e-12)
+
+
+def test_pi_finetune_config_refuses_what_the_table_cannot_read():
+    from attnlab.core.errors import ConfigError
+    from attnlab.rope.exp_pi_finetune import PIFinetuneConfig
+
+    with pytest.raises(ConfigError, match="long = 4 x short"):
+        PIFinetuneConfig(short=64, long=512)
+    with pytest.raises(ConfigError, match="suffice_steps"):
+        PIFinetuneConfig(suffice_steps=150)
+    with pytest.raises(ConfigError, match="none and pi included"):
+        PIFinetuneConfig(scalings=("ntk", "yarn"))
+    with pytest.raises(ConfigError, match="name some of"):
+        PIFinetuneConfig(scalings=("none", "pi", "rerope"))
 
 
 @pytest.mark.slow

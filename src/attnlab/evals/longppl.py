@@ -57,8 +57,9 @@ def long_ppl(model, ids: torch.Tensor, lengths: list[int], stride: int = 256, wi
              progress=None) -> LongPPL:
     """Sliding-window perplexity of ``ids`` (T,) at each context length in ``lengths``."""
     lengths = sorted(lengths)
-    if lengths[0] < stride:
-        raise UsageError(f"context length {lengths[0]} is shorter than the stride {stride}")
+    if lengths[0] <= stride:  # else a window's first token would be scored with no token before it
+        raise UsageError(f"context length {lengths[0]} is not longer than the stride {stride}: every scored token "
+                         "needs a token before it in its window")
     nll: dict[int, list[float]] = {n: [] for n in lengths}
     for e in window_ends(ids.numel(), lengths[-1], stride, windows):
         for n in lengths:  # the window of length n ending at e: the same scored tokens for every n

@@ -64,8 +64,9 @@ def check_ppl_windows(lengths: tuple[int, ...], stride: int, windows: int, token
         raise UsageError(f"--stride {stride}: score at least 1 token per window")
     if windows < 0:
         raise UsageError(f"--windows {windows}: give 0 (every stride) or a positive number of windows")
-    if min(lengths) < stride:
-        raise UsageError(f"{lengths_flag} {min(lengths)}: need every length >= the stride ({stride})")
+    if min(lengths) <= stride:  # a window scores its last `stride` tokens, each from the tokens before it
+        raise UsageError(f"{lengths_flag} {min(lengths)}: need every length > the stride ({stride}), so that every "
+                         "scored token has a token before it in its window")
     if tokens is not None and tokens < max(lengths):
         raise UsageError(f"--tokens {tokens} is shorter than the longest length {max(lengths)}")
 

@@ -42,14 +42,26 @@ def longppl_figure(ctx, curves: dict[str, LongPPL], trained: int, name: str = "l
     ctx.savefig(fig, name)
 
 
-def finetune_figure(ctx, curves: dict[str, tuple[list[int], list[float]]], base_ppl: float, short: int, long: int,
-                    name: str = "pi_finetune.png") -> None:
-    """Validation PPL at the long context against fine-tuning steps (``curves``: label -> (steps, PPL))."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")
-    for label, (steps, ppl) in curves.items():
-        ax.plot(steps, ppl, "o-", ms=3, label=f"{label} @ {long}")
-    ax.axhline(base_ppl, color="k", ls=":", label=f"base @ {short} (trained)")
-    ax.set(xlabel="fine-tuning steps", ylabel="validation PPL", yscale="log",
-           title=f"extending {short} -> {long} tokens")
+def extension_figure(ctx, curves: dict[str, tuple[list[int], list[float]]], rows: dict[str, dict], short: int,
+                     factors: tuple[int, ...], name: str = "pi_finetune.png") -> None:
+    """Left: PPL at the long context against fine-tuning steps (``curves``: scaling -> (steps, PPL)), the base
+    in its own window dotted. Right: each scaling's table row (windows ``factors`` x ``short``) before (dashed)
+    and after (solid) fine-tuning (``rows``: scaling -> {"before": [PPL], "after": [PPL]})."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    windows = [f * short for f in factors]
+    for i, (label, (steps, ppl)) in enumerate(curves.items()):
+        color = f"C{i}"
+        ax.plot(steps, ppl, "o-", ms=3, color=color, label=label)
+        bx.plot(windows, rows[label]["before"], "o--", color=color, alpha=0.6)
+        bx.plot(windows, rows[label]["after"], "o-", color=color, label=label)
+    base = rows["none"]["before"][0]
+    ax.axhline(base, color="k", ls=":", label=f"base @ {short} (trained)")
+    ax.set(xlabel="fine-tuning steps", ylabel=f"validation PPL @ {windows[-1]}", yscale="log",
+           title=f"extending {short} -> {windows[-1]} tokens")
     ax.legend(fontsize=8)
+    bx.set(xscale="log", yscale="log", xlabel="evaluation window (tokens)", ylabel="PPL of the same held-out tokens",
+           title="before (dashed) and after (solid) fine-tuning")
+    bx.minorticks_off()
+    bx.set_xticks(windows, [str(n) for n in windows])
+    bx.legend(fontsize=8)
     ctx.savefig(fig, name)
