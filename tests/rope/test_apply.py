@@ -163,3 +163,21 @@ def test_rolling_keys_under_ntk_sit_at_their_rank(x):
             with fresh, torch.no_grad():
                 model(x[:1, pos[0, h]], position_ids=(torch.arange(s) + layer.seen - s)[None], past_key_values=fresh)
             torch.testing.assert_close(keys[0, h], fresh.layers[0].keys[0, h], atol=1e-5, rtol=1e-4)
+
+
+def test_beyond_trained_counts_the_pairs_a_scaling_leaves_past_their_angles():
+    """At L' = s·L: no scaling takes every never-turning pair s times past its largest trained angle, PI none
+    (exactly 1), NTK-aware all but its lowest (which it divides by s, as PI does) -- and YaRN none at s = 4."""
+    import math
+
+    from attnlab.rope.scalings import beyond_trained
+
+    base, dim, L, s = 10000.0, 32, 64, 4.0
+    never = int((L * rope_inv_freq(base, dim) < 2 * math.pi).sum())
+    none, pi, ntk, yarn = (beyond_trained(make_scaling(n, s), base, dim, L, int(s * L))
+                           for n in ("none", "pi", "ntk", "yarn"))
+    assert len(none) == len(pi) == len(ntk) == never > 0
+    torch.testing.assert_close(none, torch.full((never,), s))
+    torch.testing.assert_close(pi, torch.ones(never))
+    assert ntk[-1] == pytest.approx(1.0, rel=1e-5) and bool((ntk[:-1] > 1.0).all())
+    assert bool((yarn <= 1 + 1e-6).all())

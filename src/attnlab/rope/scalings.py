@@ -138,6 +138,17 @@ for _cls in (RopeScaling, PI, NTK, DynamicNTK, YaRN):
     SCALINGS.add(_cls.name, _cls)
 
 
+def beyond_trained(scaling: RopeScaling, base: float, dim: int, trained: int, length: int) -> torch.Tensor:
+    """For each rotary pair that never completes a turn within ``trained`` positions (θ_j·L < 2π: its angles
+    there are all it knows), how far past its largest trained angle the scaling takes it at ``length``:
+    (length·θ'_j) / (L·θ_j), (k,) for those k pairs; above 1 = angles the model never saw (PI: exactly
+    1 at length = s·L; no scaling: s)."""
+    theta = rope_inv_freq(base, dim)
+    scaled, _ = scaling.frequencies(base, dim, trained, length)
+    never_turned = trained * theta < 2 * math.pi
+    return (length * scaled / (trained * theta))[never_turned]
+
+
 def make_scaling(name: str, factor: float = 1.0) -> RopeScaling:
     """A scaling by name; one-line errors for unknown names (with the closest) and factors below 1."""
     cls = SCALINGS.get(name)
