@@ -122,6 +122,8 @@ def test_readings_are_the_curve_cut_at_each_step():
     assert by["20"] == {**curve_shape(steps[:3], h[:3, 0]), "last_layer": 2.4}
     assert by["40"]["recovered"] == curve_shape(steps, h[:, 0])["recovered"]  # the whole run: the final shape
     assert first_reaching(by, 0.5) == 40 and first_reaching(by, 0.05) == 20 and first_reaching(by, 0.95) is None
+    over = {"10": {"recovered": 1.2}, "20": {"recovered": 0.3}}  # more than the whole drop regained: not the claim
+    assert first_reaching(over, 0.1) == 20
 
 
 def test_readings_outside_the_run_are_refused():
