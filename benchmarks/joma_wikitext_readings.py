@@ -1,90 +1,191 @@
 """How long does JoMA's partial recovery need, and does the depth ordering hold over seeds? (issue 38, item 2)
 
-Reads ``joma-wikitext`` runs made with ``--set readings=...`` (each run: one or more depths, one seed; a depth's
-run does not depend on the others trained beside it, so single-depth runs compose) and tabulates, per seed and
-depth, at every reading: the share of the layer-0 entropy drop regained (the claim: 10% to 100%) and the last
-layer's entropy (the claim: it rises with depth); then, per reading, how many seeds meet each claim, and the
-spread over seeds. The claims themselves are the experiment's, unchanged; this only reads them at more steps.
+Reads ``joma-wikitext`` runs made with ``--set readings=...`` -- result folders of ``attnlab reproduce`` or
+``attnlab sweep`` folders (their ``cells/*``) -- and tabulates, per seed and depth, the share of the layer-0
+entropy drop regained (the claim: 10% to 100%), where layer 0's minimum lies, and the last layer's entropy (the
+claim: it rises with depth); then, per reading, how many seeds meet each claim and their spread. A depth's run
+does not depend on the others trained beside it (same seed, its own model), so single-depth runs compose; runs
+may be read at different steps (a 12,000-step run beside 6,000-step ones): each reading counts the runs read
+there. The claims are the experiment's, unchanged; this only reads them at more steps and seeds.
 
     python benchmarks/joma_wikitext_readings.py benchmarks/results/joma-wikitext-{1,2,5}L-6k \\
-        benchmarks/results/joma-wikitext-{1,2,5}L-seed1-6k --out benchmarks/results/joma-wikitext-readings
+        benchmarks/results/joma-wikitext-seeds-6k benchmarks/results/joma-wikitext-5L-12k \\
+        --out benchmarks/results/joma-wikitext-readings
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 
-from attnlab.train.exp_joma_text import meets_recovery
+from attnlab.core.io import write_atomic
+from attnlab.core.plotting import plt
+from attnlab.train.exp_joma_text import late_recovery, meets_recovery
 
 from host import add_out, recorded  # benchmarks/host.py
 
+COLUMNS = (3000, 6000, 12000)  # the issue's steps: the per-run table reads there (where a run was read)
 
-def load(folders: list[Path]) -> tuple[dict, dict, float, list[str]]:
-    """{(seed, depth): {reading: {"recovered", "last_layer"}}}, {(seed, depth): the first reading meeting the
-    claim, as the run found it}, the claim's lower bound, and the readings."""
-    cells, first, share, readings = {}, {}, None, None
+
+def run_folders(paths: list[Path]) -> list[Path]:
+    """Result folders: each path itself, or a sweep folder's cells."""
+    out = []
+    for path in paths:
+        if (path / "config.json").is_file():
+            out.append(path)
+        elif (path / "cells").is_dir():
+            out += sorted(p for p in (path / "cells").iterdir() if (p / "config.json").is_file())
+        else:
+            raise SystemExit(f"{path}: neither a joma-wikitext result folder (config.json) nor a sweep folder "
+                             "(cells/); name the folders `attnlab reproduce` or `attnlab sweep` wrote")
+    return out
+
+
+def load(folders: list[Path]) -> tuple[dict, dict, float]:
+    """{(seed, depth): {reading step: {"recovered", "min_step", "last_layer", ...}}}, {(seed, depth): the first
+    reading meeting the claim, as the run found it}, and the claim's lower bound."""
+    cells, first, share = {}, {}, None
     for folder in folders:
         cfg = json.loads((folder / "config.json").read_text())
+        if cfg.get("experiment") != "joma-wikitext":
+            raise SystemExit(f"{folder}: a {cfg.get('experiment')} run; name joma-wikitext runs")
         runs = json.loads((folder / "metrics.json").read_text())["runs"]
+        if share is not None and cfg["recovery_fraction"] != share:
+            raise SystemExit(f"{folder}: recovery_fraction {cfg['recovery_fraction']}, the others {share}; "
+                             "compare runs of one claim")
         share = cfg["recovery_fraction"]
         for depth, run in runs.items():
             if "by_step" not in run:
                 raise SystemExit(f"{folder}: run without readings; rerun it with --set readings=3000,...,6000")
-            if readings is not None and list(run["by_step"]) != readings:
-                raise SystemExit(f"{folder}: read at {list(run['by_step'])}, the others at {readings}; rerun it with "
-                                 f"--set readings={','.join(readings)}")
-            cells[(cfg["seed"], int(depth))] = run["by_step"]
-            first[(cfg["seed"], int(depth))] = run["recovery_reached_at"]
-            readings = readings or list(run["by_step"])
-    return cells, first, share, readings
+            key = (cfg["seed"], int(depth))
+            if key in cells:
+                raise SystemExit(f"{folder}: seed {key[0]}, {key[1]} layer(s) given twice; name each run once")
+            cells[key] = {int(s): r for s, r in run["by_step"].items()}
+            first[key] = run["recovery_reached_at"]
+    return cells, first, share
+
+
+def late(curve: tuple[list, list], step: int, reading: dict) -> dict:
+    """:func:`late_recovery` of a run's layer-0 curve cut at a reading's step, over its last 1,000 steps."""
+    steps, h = np.array(curve[0]), np.array(curve[1])
+    keep = steps <= step
+    return late_recovery(steps[keep], h[keep], reading, 1000)
+
+
+def per_run_table(cells: dict, firsts: dict, curves: dict) -> dict:
+    """Print one row per (seed, depth) at the COLUMNS steps, and at its last reading where layer 0's minimum
+    lies and how the share regained moves over the last 1,000 steps; -> the rows as data."""
+    cols = [c for c in COLUMNS if any(c in by for by in cells.values())]
+    print("| seed | layers | " + " | ".join(f"recovered @ {c}" for c in cols) + " | first meeting the claim | "
+          "layer-0 minimum at step | last 1,000 steps: recovered, mean ± sd | its slope per 1,000 steps | "
+          + " | ".join(f"last layer @ {c}" for c in cols) + " |")
+    print("|---:|---:|" + "---:|" * (2 * len(cols) + 4))
+    rows = {}
+    for (seed, depth), by in sorted(cells.items()):
+        last = max(by)
+        end = late(curves[(seed, depth)], last, by[last])
+        rows[f"seed{seed}-{depth}L"] = {
+            "recovered": {c: round(by[c]["recovered"], 4) for c in cols if c in by},
+            "first_meeting_claim": firsts[(seed, depth)], "last_reading": last, "min_step": by[last]["min_step"],
+            "late": {k: round(v, 4) for k, v in end.items()},
+            "last_layer": {c: round(by[c]["last_layer"], 3) for c in cols if c in by}}
+        print(f"| {seed} | {depth} | " + " | ".join(f"{by[c]['recovered']:.1%}" if c in by else "—" for c in cols)
+              + f" | {firsts[(seed, depth)] or 'none'} | {by[last]['min_step']} (of {last}) | "
+              + f"{end['mean']:.1%} ± {end['sd']:.1%} | {end['slope_per_1000']:+.1%} | "
+              + " | ".join(f"{by[c]['last_layer']:.3f}" if c in by else "—" for c in cols) + " |")
+    return rows
+
+
+def per_reading_table(cells: dict, share: float) -> dict:
+    """Print one row per reading: per depth the seeds' recovery (mean, range, how many meet the claim), per
+    seed the last-layer pairs in order; -> the rows as data."""
+    seeds, depths = sorted({s for s, _ in cells}), sorted({d for _, d in cells})
+    print("| step | " + " | ".join(f"{d}L recovery (mean, range; seeds meeting)" for d in depths) + " | "
+          + " | ".join(f"seed {s}: pairs in order" for s in seeds) + " |")
+    print("|---:|" + "---|" * len(depths) + "---:|" * len(seeds))
+    rows = {}
+    for r in sorted({r for by in cells.values() for r in by}):
+        rec = {d: [cells[(s, d)][r]["recovered"] for s in seeds if r in cells.get((s, d), {})] for d in depths}
+        meet = {d: sum(meets_recovery(x, share) for x in v) for d, v in rec.items()}
+        pairs = {}
+        for s in seeds:
+            last = [cells[(s, d)][r]["last_layer"] for d in depths if r in cells.get((s, d), {})]
+            pairs[s] = sum(a < b for a, b in zip(last, last[1:])) if len(last) == len(depths) else None
+        rows[r] = {"recovered_mean": {d: round(float(np.mean(v)), 4) for d, v in rec.items() if v},
+                   "seeds_meeting": {d: f"{meet[d]}/{len(v)}" for d, v in rec.items() if v},
+                   "pairs_in_order": pairs}
+        print(f"| {r} | " + " | ".join(
+            f"{np.mean(v):.1%} ({min(v):.1%} to {max(v):.1%}; {meet[d]}/{len(v)})" if v else "—"
+            for d, v in rec.items()) + " | " + " | ".join("—" if pairs[s] is None else f"{pairs[s]}" for s in seeds)
+            + " |")
+    return rows
+
+
+def layer0_curves(folders: list[Path]) -> dict:
+    """{(seed, depth): (steps, layer-0 entropy)} from each run's layers<L>/metrics.jsonl."""
+    curves = {}
+    for folder in folders:
+        seed = json.loads((folder / "config.json").read_text())["seed"]
+        for path in sorted(folder.glob("layers*/metrics.jsonl")):
+            lines = [json.loads(line) for line in path.read_text().splitlines()]
+            curves[(seed, int(path.parent.name.removeprefix("layers")))] = (
+                [line["step"] for line in lines], [float(np.mean(line["entropy"][0])) for line in lines])
+    return curves
+
+
+def figure(cells: dict, curves: dict, share: float, path: Path) -> None:
+    """Left: layer-0 entropy over training, one line per run. Right: the recovered share at each reading, the
+    claim's band shaded. Colour: depth; seed 0 drawn solid, other seeds fainter."""
+    depths = sorted({d for _, d in cells})
+    fig, (ax_h, ax_r) = plt.subplots(1, 2, figsize=(12, 4.2))
+    ax_r.axhspan(share, 1, color="0.9", label=f"claim: {share:.0%} to 100% of the drop")
+    for (seed, depth), by in sorted(cells.items()):
+        style = {"color": f"C{depths.index(depth)}", "alpha": 0.95 if seed == 0 else 0.55,
+                 "label": f"{depth} layer(s)" if seed == min(s for s, d in cells if d == depth) else None}
+        if (seed, depth) in curves:
+            ax_h.plot(*curves[(seed, depth)], lw=1, **style)
+        steps = sorted(by)
+        ax_r.plot(steps, [by[s]["recovered"] for s in steps], "-o", ms=3, **style)
+    ax_h.set(xlabel="step", ylabel="layer-0 attention entropy (nats, probe batch)",
+             title="layer 0: the sharp drop, then the partial recovery")
+    low = min(0, *(r["recovered"] for by in cells.values() for r in by.values())) - 0.02
+    ax_r.set(xlabel="step (the run read as if it stopped there)", ylabel="share of layer-0 entropy drop regained",
+             ylim=(low, 0.5), title="recovered share by step, depth and seed")
+    ax_r.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    for ax in (ax_h, ax_r):
+        ax.legend(fontsize=8)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=120, format="png", bbox_inches="tight")
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", type=Path, help="joma-wikitext result folders")
+    p.add_argument("runs", nargs="+", type=Path, help="joma-wikitext result folders, or sweep folders")
     add_out(p)
     args = p.parse_args()
     figures: dict = {}
     with recorded(args.out, figures):
-        cells, firsts, share, readings = load(args.runs)
+        folders = run_folders(args.runs)
+        cells, firsts, share = load(folders)
         seeds, depths = sorted({s for s, _ in cells}), sorted({d for _, d in cells})
         print(f"Layer-0 recovery (share of the drop regained; claim {share:.0%} to 100%) and last-layer entropy, "
-              f"by step, for seeds {seeds} and depths {depths}.\n")
-        ends = sorted({readings[0], readings[-1]}, key=int)  # the last layer at the first and the last reading
-        print("| seed | layers | " + " | ".join(f"recovered @ {r}" for r in readings) + " | first meeting the claim | "
-              + " | ".join(f"last layer @ {r}" for r in ends) + " |")
-        print("|---:|---:|" + "---:|" * (len(readings) + 1 + len(ends)))
-        table = {}
-        for (seed, depth), by in sorted(cells.items()):
-            rec = [by[r]["recovered"] for r in readings]
-            first = firsts[(seed, depth)]
-            table[f"seed{seed}-{depth}L"] = {"recovered": [round(v, 4) for v in rec], "first_meeting_claim": first,
-                                             "last_layer": [round(by[r]["last_layer"], 3) for r in readings]}
-            print(f"| {seed} | {depth} | " + " | ".join(f"{v:.1%}" for v in rec) + f" | {first or 'none'} | "
-                  + " | ".join(f"{by[r]['last_layer']:.3f}" for r in ends) + " |")
-        print("\nPer reading: seeds meeting the recovery claim at each depth; last-layer entropy rising with depth "
-              "(pairs in order, of " + str(len(depths) - 1) + ").\n")
-        print("| step | " + " | ".join(f"{d}L recovery (mean, range)" for d in depths) + " | "
-              + " | ".join(f"seed {s}: pairs in order" for s in seeds) + " |")
-        print("|---:|" + "---|" * len(depths) + "---:|" * len(seeds))
-        by_reading = {}
-        for r in readings:
-            rec = {d: [cells[(s, d)][r]["recovered"] for s in seeds if (s, d) in cells] for d in depths}
-            meet = {d: sum(meets_recovery(x, share) for x in v) for d, v in rec.items()}
-            pairs = {}
-            for s in seeds:
-                last = [cells[(s, d)][r]["last_layer"] for d in depths if (s, d) in cells]
-                pairs[s] = sum(a < b for a, b in zip(last, last[1:])) if len(last) == len(depths) else None
-            by_reading[r] = {"recovered_mean": {d: round(float(np.mean(v)), 4) for d, v in rec.items()},
-                             "seeds_meeting": meet,
-                             "pairs_in_order": pairs}
-            print(f"| {r} | " + " | ".join(
-                f"{np.mean(v):.1%} ({min(v):.1%} to {max(v):.1%}; {meet[d]}/{len(v)} meet)" for d, v in rec.items())
-                + " | " + " | ".join(f"{pairs[s]}" for s in seeds) + " |")
-        figures.update(runs=[str(f) for f in args.runs], readings=readings, cells=table, by_reading=by_reading)
+              f"for seeds {seeds} and depths {depths} ({len(folders)} result folders).\n")
+        curves = layer0_curves(folders)
+        runs = per_run_table(cells, firsts, curves)
+        print("\nPer reading: the seeds' layer-0 recovery at each depth (mean, range, seeds meeting the claim); "
+              f"last-layer entropy rising with depth (pairs in order, of {len(depths) - 1}; — where a seed lacks a "
+              "depth at that step).\n")
+        by_reading = per_reading_table(cells, share)
+        figures.update(runs=[str(f) for f in folders], cells=runs, by_reading=by_reading)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            figure(cells, curves, share, args.out / "joma_wikitext_readings.png")
+            figures["figure"] = "joma_wikitext_readings.png"
 
 
 if __name__ == "__main__":

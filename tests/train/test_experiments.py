@@ -85,6 +85,10 @@ def test_joma_wikitext_runs_on_a_tiny_corpus(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "run" / "layers2" / "metrics.jsonl").read_text().splitlines()]
     assert run["best_valid_loss"] == min(x["valid_loss"] for x in lines if "valid_loss" in x)
     assert (tmp_path / "run" / "joma_wikitext.png").is_file()
+    # a failing claim names the end stretch's spread and trend, and the experiment that says how long it needs
+    for c in m["claims"][1:4:2] + m["claims"][-2:-1]:  # the recovery claims and the last-layer ordering
+        assert ("joma_wikitext_readings.py" in c.get("note", "")) == (c["status"] == "fails"), c
+    assert set(run["late"]) == {"mean", "sd", "slope_per_1000"} and run["late"]["sd"] >= 0
 
 
 @pytest.mark.slow
@@ -124,6 +128,19 @@ def test_readings_are_the_curve_cut_at_each_step():
     assert first_reaching(by, 0.5) == 40 and first_reaching(by, 0.05) == 20 and first_reaching(by, 0.95) is None
     over = {"10": {"recovered": 1.2}, "20": {"recovered": 0.3}}  # more than the whole drop regained: not the claim
     assert first_reaching(over, 0.1) == 20
+
+
+def test_late_recovery_measures_the_end_stretch():
+    import numpy as np
+
+    from attnlab.train.exp_joma_text import curve_shape, late_recovery
+
+    steps = np.arange(0, 70, 10)
+    h = np.array([2.0, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5])  # rising 0.1 (a tenth of the drop) every 10 steps
+    late = late_recovery(steps, h, curve_shape(steps, h), span=30)  # steps 40, 50, 60
+    assert late["mean"] == pytest.approx(0.4) and late["sd"] == pytest.approx(np.std([0.3, 0.4, 0.5]))
+    assert late["slope_per_1000"] == pytest.approx(10.0)  # 0.1 per 10 steps
+    assert np.isnan(late_recovery(steps, h, curve_shape(steps, h), span=20)["slope_per_1000"])  # 2 points
 
 
 def test_readings_outside_the_run_are_refused():

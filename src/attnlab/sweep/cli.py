@@ -25,7 +25,9 @@ A cell is `attnlab reproduce EXPERIMENT --set ...` for its grid values (its fold
 Re-running the same command skips the cells already done and retries the failed ones; a killed sweep
 loses no finished cell. DIR/sweep.md tabulates every cell's claims, DIR/sweep.png draws them against
 the first axis. Ray starts on this machine unless --address names a cluster (every node needs attnlab
-installed, and the data the experiment reads under the same path or $ATTNLAB_DATA).
+installed, and the data the experiment reads under the same path or $ATTNLAB_DATA). Ray runs its workers
+at niceness 15: on an idle machine that costs nothing, but beside other busy processes the cells get only
+the CPU those leave (two plain runs on 2 cores leave them almost none).
 
 If a sweep dies (Ctrl-C, kill, kill -9, a closed terminal), run the same command again. A Ray started
 here stops with the sweep within seconds however it ended (a watchdog, `python -m attnlab.sweep.reaper`,
