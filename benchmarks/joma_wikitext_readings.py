@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,12 @@ from host import add_out, recorded  # benchmarks/host.py
 COLUMNS = (3000, 6000, 12000)  # the issue's steps: the per-run table reads there (where a run was read)
 
 
+def refuse(message: str) -> None:
+    """Bad input: one line naming the fix, exit code 2, nothing written (the result is written only at the end)."""
+    print(f"joma_wikitext_readings.py: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def run_folders(paths: list[Path]) -> list[Path]:
     """Result folders: each path itself, or a sweep folder's cells."""
     out = []
@@ -39,7 +46,7 @@ def run_folders(paths: list[Path]) -> list[Path]:
         elif (path / "cells").is_dir():
             out += sorted(p for p in (path / "cells").iterdir() if (p / "config.json").is_file())
         else:
-            raise SystemExit(f"{path}: neither a joma-wikitext result folder (config.json) nor a sweep folder "
+            refuse(f"{path}: neither a joma-wikitext result folder (config.json) nor a sweep folder "
                              "(cells/); name the folders `attnlab reproduce` or `attnlab sweep` wrote")
     return out
 
@@ -51,18 +58,18 @@ def load(folders: list[Path]) -> tuple[dict, dict, float]:
     for folder in folders:
         cfg = json.loads((folder / "config.json").read_text())
         if cfg.get("experiment") != "joma-wikitext":
-            raise SystemExit(f"{folder}: a {cfg.get('experiment')} run; name joma-wikitext runs")
+            refuse(f"{folder}: a {cfg.get('experiment')} run; name joma-wikitext runs")
         runs = json.loads((folder / "metrics.json").read_text())["runs"]
         if share is not None and cfg["recovery_fraction"] != share:
-            raise SystemExit(f"{folder}: recovery_fraction {cfg['recovery_fraction']}, the others {share}; "
+            refuse(f"{folder}: recovery_fraction {cfg['recovery_fraction']}, the others {share}; "
                              "compare runs of one claim")
         share = cfg["recovery_fraction"]
         for depth, run in runs.items():
             if "by_step" not in run:
-                raise SystemExit(f"{folder}: run without readings; rerun it with --set readings=3000,...,6000")
+                refuse(f"{folder}: run without readings; rerun it with --set readings=3000,...,6000")
             key = (cfg["seed"], int(depth))
             if key in cells:
-                raise SystemExit(f"{folder}: seed {key[0]}, {key[1]} layer(s) given twice; name each run once")
+                refuse(f"{folder}: seed {key[0]}, {key[1]} layer(s) given twice; name each run once")
             cells[key] = {int(s): r for s, r in run["by_step"].items()}
             first[key] = run["recovery_reached_at"]
     return cells, first, share
