@@ -47,7 +47,7 @@ def run_folders(paths: list[Path]) -> list[Path]:
             out += sorted(p for p in (path / "cells").iterdir() if (p / "config.json").is_file())
         else:
             refuse(f"{path}: neither a joma-wikitext result folder (config.json) nor a sweep folder "
-                             "(cells/); name the folders `attnlab reproduce` or `attnlab sweep` wrote")
+                   "(cells/); name the folders `attnlab reproduce` or `attnlab sweep` wrote")
     return out
 
 
@@ -62,7 +62,7 @@ def load(folders: list[Path]) -> tuple[dict, dict, float]:
         runs = json.loads((folder / "metrics.json").read_text())["runs"]
         if share is not None and cfg["recovery_fraction"] != share:
             refuse(f"{folder}: recovery_fraction {cfg['recovery_fraction']}, the others {share}; "
-                             "compare runs of one claim")
+                   "compare runs of one claim")
         share = cfg["recovery_fraction"]
         for depth, run in runs.items():
             if "by_step" not in run:

@@ -119,7 +119,7 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
                        seed=cfg.seed)
     sweep = sweep_depths(cfg, tcfg, ctx)
 
-    table, claims = {}, []
+    table, claims, span = {}, [], late_span(cfg)
     for depth, (lines, _) in sweep.runs.items():
         steps = np.array([line["step"] for line in lines])
         h = layer_entropy(lines)  # (points, layers)
@@ -131,7 +131,7 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
             by_step = readings_at(steps, h, tuple(sorted(cfg.readings)))
             table[depth]["by_step"] = by_step
             table[depth]["recovery_reached_at"] = first_reaching(by_step, cfg.recovery_fraction)
-        tail = h[steps > steps[-1] - late_span(cfg), -1]
+        tail = h[steps > steps[-1] - span, -1]
         table[depth]["last_layer_late"] = [float(tail.mean()), float(tail.std())]
         h0 = h[:, 0]  # the lowest layer, as in Fig. 7
         early = h0[steps <= cfg.drop_within * cfg.steps].min()
@@ -141,15 +141,15 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
             "at_most"))
         l0 = table[depth]["layers"][0]
         lo = cfg.recovery_fraction
-        late = table[depth]["late"] = late_recovery(steps, h0, l0, late_span(cfg))
+        late = table[depth]["late"] = late_recovery(steps, h0, l0, span)
+        trend = (f"moving {late['slope_per_1000']:+.1%} of the drop per 1,000 steps"
+                 if np.isfinite(late["slope_per_1000"]) else "too few for a trend")
         claims.append(check(
             f"{depth}-layer: later partial recovery, share of the layer-0 drop regained by the end, between "
             f"{lo:.0%} and 100% (min {l0['min']:.3f} at step {l0['min_step']} -> final {l0['final']:.3f}; start "
             f"{l0['start']:.3f})", l0["recovered"], (1 + lo) / 2, (1 - lo) / 2, "abs").failing_because(
-            f"over the last {late_span(cfg)} steps the share regained is {late['mean']:.1%} ± {late['sd']:.1%} "
-            f"(mean ± sd over tracked steps), " + (f"moving {late['slope_per_1000']:+.1%} of the drop per 1,000 steps"
-                                                   if np.isfinite(late["slope_per_1000"]) else "too few for a trend")
-            + "; " + HOW_LONG))
+            f"over the last {span} steps the share regained is {late['mean']:.1%} ± {late['sd']:.1%} (mean ± sd "
+            f"over tracked steps), {trend}; {HOW_LONG}"))
     depths = sorted(table)
     if len(depths) > 1:
         last = [table[d]["layers"][-1]["final"] for d in depths]
@@ -157,7 +157,7 @@ def run_joma_text(cfg: JomaTextConfig, ctx) -> Result:
             "deeper models' last layers stay higher: final last-layer entropy rises with depth "
             f"({', '.join(f'{d}L {v:.3f}' for d, v in zip(depths, last))}); pairs in order",
             sum(a < b for a, b in zip(last, last[1:])), len(depths) - 1, 0.0, "at_least").failing_because(
-            f"the last layer's entropy over the last {late_span(cfg)} steps, mean ± sd: "
+            f"the last layer's entropy over the last {span} steps, mean ± sd: "
             + ", ".join(f"{d}L {table[d]['last_layer_late'][0]:.3f} ± {table[d]['last_layer_late'][1]:.3f}"
                         for d in depths) + "; " + HOW_LONG))
         best = [table[d]["best_valid_loss"] for d in depths]
