@@ -6,7 +6,9 @@ entropy drop regained (the claim: 10% to 100%), where layer 0's minimum lies, an
 claim: it rises with depth); then, per reading, how many seeds meet each claim and their spread. A depth's run
 does not depend on the others trained beside it (same seed, its own model), so single-depth runs compose; runs
 may be read at different steps (a 12,000-step run beside 6,000-step ones): each reading counts the runs read
-there. The claims are the experiment's, unchanged; this only reads them at more steps and seeds.
+there. A longer run of a seed and depth given replaces the shorter one only if it repeats the shorter's readings
+exactly (it must: with a constant learning rate a prefix of a run is the shorter run); that is checked and said.
+The claims are the experiment's, unchanged; this only reads them at more steps and seeds.
 
     python benchmarks/joma_wikitext_readings.py benchmarks/results/joma-wikitext-{1,2,5}L-6k \\
         benchmarks/results/joma-wikitext-seeds-6k benchmarks/results/joma-wikitext-5L-12k \\
@@ -51,10 +53,11 @@ def run_folders(paths: list[Path]) -> list[Path]:
     return out
 
 
-def load(folders: list[Path]) -> tuple[dict, dict, float]:
+def load(folders: list[Path]) -> tuple[dict, dict, dict, float, list[str]]:
     """{(seed, depth): {reading step: {"recovered", "min_step", "last_layer", ...}}}, {(seed, depth): the first
-    reading meeting the claim, as the run found it}, and the claim's lower bound."""
-    cells, first, share = {}, {}, None
+    reading meeting the claim, as the run found it}, {(seed, depth): the folder read}, the claim's lower bound,
+    and a line per run that a longer run of the same seed and depth replaced."""
+    cells, first, source, share, replaced = {}, {}, {}, None, []
     for folder in folders:
         cfg = json.loads((folder / "config.json").read_text())
         if cfg.get("experiment") != "joma-wikitext":
@@ -67,12 +70,28 @@ def load(folders: list[Path]) -> tuple[dict, dict, float]:
         for depth, run in runs.items():
             if "by_step" not in run:
                 refuse(f"{folder}: run without readings; rerun it with --set readings=3000,...,6000")
-            key = (cfg["seed"], int(depth))
+            key, by = (cfg["seed"], int(depth)), {int(s): r for s, r in run["by_step"].items()}
             if key in cells:
-                refuse(f"{folder}: seed {key[0]}, {key[1]} layer(s) given twice; name each run once")
-            cells[key] = {int(s): r for s, r in run["by_step"].items()}
-            first[key] = run["recovery_reached_at"]
-    return cells, first, share
+                line = longer_of(key, (source[key], cells[key]), (folder, by))
+                replaced.append(line)
+                if max(cells[key]) > max(by):
+                    continue
+            cells[key], first[key], source[key] = by, run["recovery_reached_at"], folder
+    return cells, first, source, share, replaced
+
+
+def longer_of(key: tuple[int, int], a: tuple[Path, dict], b: tuple[Path, dict]) -> str:
+    """Two runs of one seed and depth: the longer stands for both only if it read the shorter's readings
+    exactly (with a constant learning rate a run's prefix *is* the shorter run, so anything else means the
+    two are different runs); -> the line saying which replaced which."""
+    (short, s_by), (long, l_by) = sorted((a, b), key=lambda r: max(r[1]))
+    common = sorted(set(s_by) & set(l_by))
+    differ = next((step for step in common if s_by[step] != l_by[step]), None)
+    if not common or max(s_by) == max(l_by) or differ is not None:
+        why = f"they read differently at step {differ}" if differ is not None else "neither extends the other"
+        refuse(f"seed {key[0]}, {key[1]} layer(s) given twice ({short}, {long}): {why}; name each run once")
+    return (f"seed {key[0]}, {key[1]} layer(s): {long} (to {max(l_by)}) replaces {short} (to {max(s_by)}), "
+            f"whose {len(common)} readings it repeats exactly")
 
 
 def late(curve: tuple[list, list], step: int, reading: dict) -> dict:
@@ -131,15 +150,13 @@ def per_reading_table(cells: dict, share: float) -> dict:
     return rows
 
 
-def layer0_curves(folders: list[Path]) -> dict:
+def layer0_curves(source: dict) -> dict:
     """{(seed, depth): (steps, layer-0 entropy)} from each run's layers<L>/metrics.jsonl."""
     curves = {}
-    for folder in folders:
-        seed = json.loads((folder / "config.json").read_text())["seed"]
-        for path in sorted(folder.glob("layers*/metrics.jsonl")):
-            lines = [json.loads(line) for line in path.read_text().splitlines()]
-            curves[(seed, int(path.parent.name.removeprefix("layers")))] = (
-                [line["step"] for line in lines], [float(np.mean(line["entropy"][0])) for line in lines])
+    for (seed, depth), folder in source.items():
+        text = (folder / f"layers{depth}" / "metrics.jsonl").read_text()
+        lines = [json.loads(line) for line in text.splitlines()]
+        curves[(seed, depth)] = ([x["step"] for x in lines], [float(np.mean(x["entropy"][0])) for x in lines])
     return curves
 
 
@@ -178,17 +195,19 @@ def main() -> None:
     figures: dict = {}
     with recorded(args.out, figures):
         folders = run_folders(args.runs)
-        cells, firsts, share = load(folders)
+        cells, firsts, source, share, replaced = load(folders)
         seeds, depths = sorted({s for s, _ in cells}), sorted({d for _, d in cells})
         print(f"Layer-0 recovery (share of the drop regained; claim {share:.0%} to 100%) and last-layer entropy, "
               f"for seeds {seeds} and depths {depths} ({len(folders)} result folders).\n")
-        curves = layer0_curves(folders)
+        if replaced:
+            print("\n".join(f"- {line}" for line in replaced) + "\n")
+        curves = layer0_curves(source)
         runs = per_run_table(cells, firsts, curves)
         print("\nPer reading: the seeds' layer-0 recovery at each depth (mean, range, seeds meeting the claim); "
               f"last-layer entropy rising with depth (pairs in order, of {len(depths) - 1}; — where a seed lacks a "
               "depth at that step).\n")
         by_reading = per_reading_table(cells, share)
-        figures.update(runs=[str(f) for f in folders], cells=runs, by_reading=by_reading)
+        figures.update(runs=[str(f) for f in folders], replaced=replaced, cells=runs, by_reading=by_reading)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             figure(cells, curves, share, args.out / "joma_wikitext_readings.png")
