@@ -12,25 +12,13 @@ import datetime
 import io
 import json
 import os
-import platform
 import resource
 import shlex
 import sys
 from pathlib import Path
 
-import torch
-
 from attnlab.core.io import write_atomic
-
-
-def machine() -> str:
-    """This CPU, its cores and torch's threads: a run resumed elsewhere says where each stretch ran."""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
-    return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+from attnlab.core.machine import machine  # this CPU, its cores, torch's threads; a resumed run names each stretch's
 
 
 def peak_rss_mib() -> float:

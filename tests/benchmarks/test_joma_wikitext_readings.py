@@ -13,14 +13,14 @@ STEPS = np.arange(0, 90, 10)
 H = np.stack([[2.0, 1.5, 1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3], np.linspace(2.0, 2.4, 9)], axis=1)  # (points, 2)
 
 
-def write_run(folder, steps, *, seed=0, shift=0.0):
+def write_run(folder, steps, *, seed=0, shift=0.0, lr=1e-4):
     """A joma-wikitext result folder of a 2-layer run read every 20 steps up to ``steps``."""
     keep = STEPS <= steps
     s, h = STEPS[keep], H[keep] + shift
     by = readings_at(s, h, tuple(range(20, steps + 1, 20)))
     (folder / "layers2").mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"experiment": "joma-wikitext", "seed": seed,
-                                                    "recovery_fraction": 0.1}))
+    (folder / "config.json").write_text(json.dumps({"experiment": "joma-wikitext", "seed": seed, "lr": lr,
+                                                    "steps": steps, "recovery_fraction": 0.1}))
     (folder / "metrics.json").write_text(json.dumps(
         {"runs": {"2": {"by_step": by, "recovery_reached_at": first_reaching(by, 0.1)}}}))
     (folder / "layers2" / "metrics.jsonl").write_text(
@@ -47,8 +47,18 @@ def test_a_longer_run_that_repeats_the_shorter_replaces_it(load_benchmark, monke
     assert "| 0 | 2 |" in capsys.readouterr().out
 
 
+def test_a_longer_run_rounded_differently_replaces_the_shorter_and_says_how_far_they_agree(
+        load_benchmark, monkeypatch, tmp_path):
+    short, long = write_run(tmp_path / "short", 40), write_run(tmp_path / "long", 80, shift=2e-7)  # another CPU
+    run_script(load_benchmark, monkeypatch, short, long, "--out", tmp_path / "out")
+    [line] = json.loads((tmp_path / "out" / "result.json").read_text())["replaced"]
+    assert f"{long} (to 80) replaces {short} (to 40)" in line and "not bit for bit" in line
+    assert "up to 2e-07 nats" in line
+
+
 @pytest.mark.parametrize("other, why", [
-    (dict(steps=80, shift=0.01), "they read differently at step 20"),  # a different run, not an extension
+    (dict(steps=80, shift=0.01), "they start from different models"),  # not the shorter run carried on
+    (dict(steps=80, lr=1e-3), "their settings differ beyond length (['lr'])"),
     (dict(steps=40), "neither extends the other"),                       # the same run given twice
 ])
 def test_runs_of_one_seed_and_depth_that_do_not_compose_are_refused(load_benchmark, monkeypatch, tmp_path, capsys,

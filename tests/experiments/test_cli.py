@@ -15,6 +15,7 @@ import attnlab
 from attnlab import cli
 from attnlab.core import io
 from attnlab.core.errors import ConfigError
+from attnlab.core.machine import machine
 from attnlab.core.registry import Registry
 from attnlab.experiments import registry
 from attnlab.experiments.claims import check, erratum, finding
@@ -219,9 +220,11 @@ def test_fig4_writes_the_contract(fig4_run):
     assert metrics["claim_counts"] == {s: sum(c["status"] == s for c in metrics["claims"])
                                        for s in ("holds", "fails", "erratum", "finding")}
     assert metrics["steps_shown"][-1] == 12
+    # the machine it ran on: a run is bit-reproducible only on the same CPU kernels
+    assert metrics["machine"] == machine() and f"torch {torch.__version__}" in metrics["machine"]
 
     report = (out_dir / "report.md").read_text()
-    assert report.startswith("# scansnap-fig4")
+    assert report.startswith("# scansnap-fig4") and f"s on {metrics['machine']}." in report
     assert "fig4.png" in report and report.count("✓") + report.count("✗") == len(metrics["claims"])
     assert leftovers(parent) == []
 

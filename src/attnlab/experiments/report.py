@@ -75,15 +75,17 @@ def claims_markdown(claims) -> str:
     return "\n".join(rows)
 
 
-def experiment_report(exp: "Experiment", result: "Result", config: dict, seconds: float, command: str) -> str:
+def experiment_report(exp: "Experiment", result: "Result", config: dict, seconds: float, command: str,
+                      machine: str = "") -> str:
+    where = f" on {machine}" if machine else ""
     parts = [
         f"# {exp.name}",
         "",
         exp.summary,
         "",
         f"Command: `{command}`  ",
-        f"Wall time: {seconds:.1f} s." + (f" {describe(tally(result.claims))}." if result.claims else
-                                          " A measurement run: no claims (the numbers are in metrics.json)."),
+        f"Wall time: {seconds:.1f} s{where}." + (f" {describe(tally(result.claims))}." if result.claims else
+                                                 " A measurement run: no claims (the numbers are in metrics.json)."),
         "",
     ]
     if result.summary:

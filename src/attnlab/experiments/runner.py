@@ -25,6 +25,7 @@ from typing import Any, Iterator
 from attnlab import __version__
 from attnlab.core.errors import UsageError
 from attnlab.core.io import DISK_REFUSALS, NotPlaced, disk_refusal, staged_dir, write_atomic, write_json
+from attnlab.core.machine import machine
 from attnlab.experiments import config as config_mod
 from attnlab.experiments.claims import tally
 from attnlab.experiments.registry import Experiment, Result
@@ -186,7 +187,7 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
     result = exp.run(cfg, ctx)
     seconds = time.perf_counter() - t0
     config = {"experiment": exp.name, **config_mod.to_json(cfg), "device": device}
-    counts = tally(result.claims)
+    counts, where = tally(result.claims), machine()
     metrics = {
         "experiment": exp.name,
         "claims": [c.to_json() for c in result.claims],
@@ -196,9 +197,10 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
         "seconds": round(seconds, 3),
         "attnlab_version": __version__,
         "torch_version": torch.__version__,
+        "machine": where,  # a run is bit-reproducible only on the same CPU kernels (core/machine.py)
         **result.metrics,
     }
     write_json(run_dir / "config.json", config)
     write_json(run_dir / "metrics.json", metrics)
-    write_atomic(run_dir / "report.md", experiment_report(exp, result, config, seconds, command))
+    write_atomic(run_dir / "report.md", experiment_report(exp, result, config, seconds, command, where))
     return result
