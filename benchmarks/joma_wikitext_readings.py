@@ -127,14 +127,15 @@ def late(curve: tuple[list, list], step: int, reading: dict) -> dict:
     return late_recovery(steps[keep], h[keep], reading, 1000)
 
 
-def per_run_table(cells: dict, firsts: dict, curves: dict) -> dict:
+def per_run_table(cells: dict, firsts: dict, curves: dict, valid: dict) -> dict:
     """Print one row per (seed, depth) at the COLUMNS steps, and at its last reading where layer 0's minimum
-    lies and how the share regained moves over the last 1,000 steps; -> the rows as data."""
+    lies, how the share regained moves over the last 1,000 steps, and where validation loss was lowest (past
+    it the model overfits its small training text); -> the rows as data."""
     cols = [c for c in COLUMNS if any(c in by for by in cells.values())]
     print("| seed | layers | " + " | ".join(f"recovered @ {c}" for c in cols) + " | first meeting the claim | "
           "layer-0 minimum at step | last 1,000 steps: recovered, mean ± sd | its slope per 1,000 steps | "
-          + " | ".join(f"last layer @ {c}" for c in cols) + " |")
-    print("|---:|---:|" + "---:|" * (2 * len(cols) + 4))
+          + " | ".join(f"last layer @ {c}" for c in cols) + " | valid loss: lowest (step) -> last |")
+    print("|---:|---:|" + "---:|" * (2 * len(cols) + 5))
     rows = {}
     for (seed, depth), by in sorted(cells.items()):
         last = max(by)
@@ -143,11 +144,13 @@ def per_run_table(cells: dict, firsts: dict, curves: dict) -> dict:
             "recovered": {c: round(by[c]["recovered"], 4) for c in cols if c in by},
             "first_meeting_claim": firsts[(seed, depth)], "last_reading": last, "min_step": by[last]["min_step"],
             "late": {k: round(v, 4) for k, v in end.items()},
-            "last_layer": {c: round(by[c]["last_layer"], 3) for c in cols if c in by}}
+            "last_layer": {c: round(by[c]["last_layer"], 3) for c in cols if c in by}, "valid": valid[(seed, depth)]}
+        low, at, final = valid[(seed, depth)]["lowest"], valid[(seed, depth)]["at"], valid[(seed, depth)]["last"]
         print(f"| {seed} | {depth} | " + " | ".join(f"{by[c]['recovered']:.1%}" if c in by else "—" for c in cols)
               + f" | {firsts[(seed, depth)] or 'none'} | {by[last]['min_step']} (of {last}) | "
               + f"{end['mean']:.1%} ± {end['sd']:.1%} | {end['slope_per_1000']:+.1%} | "
-              + " | ".join(f"{by[c]['last_layer']:.3f}" if c in by else "—" for c in cols) + " |")
+              + " | ".join(f"{by[c]['last_layer']:.3f}" if c in by else "—" for c in cols)
+              + f" | {low:.3f} ({at}) -> {final:.3f} |")
     return rows
 
 
@@ -176,14 +179,17 @@ def per_reading_table(cells: dict, share: float) -> dict:
     return rows
 
 
-def layer0_curves(source: dict) -> dict:
-    """{(seed, depth): (steps, layer-0 entropy)} from each run's layers<L>/metrics.jsonl."""
-    curves = {}
+def read_curves(source: dict) -> tuple[dict, dict]:
+    """From each run's layers<L>/metrics.jsonl: {(seed, depth): (steps, layer-0 entropy)} and {(seed, depth):
+    the lowest validation loss, its step, and the last}."""
+    curves, valid = {}, {}
     for (seed, depth), folder in source.items():
         text = (folder / f"layers{depth}" / "metrics.jsonl").read_text()
         lines = [json.loads(line) for line in text.splitlines()]
         curves[(seed, depth)] = ([x["step"] for x in lines], [float(np.mean(x["entropy"][0])) for x in lines])
-    return curves
+        loss = [(x["valid_loss"], x["step"]) for x in lines if "valid_loss" in x]
+        valid[(seed, depth)] = {"lowest": round(min(loss)[0], 4), "at": min(loss)[1], "last": round(loss[-1][0], 4)}
+    return curves, valid
 
 
 def figure(cells: dict, curves: dict, share: float, path: Path) -> None:
@@ -227,8 +233,8 @@ def main() -> None:
               f"for seeds {seeds} and depths {depths} ({len(folders)} result folders).\n")
         if replaced:
             print("\n".join(f"- {line}" for line in replaced) + "\n")
-        curves = layer0_curves(source)
-        runs = per_run_table(cells, firsts, curves)
+        curves, valid = read_curves(source)
+        runs = per_run_table(cells, firsts, curves, valid)
         print("\nPer reading: the seeds' layer-0 recovery at each depth (mean, range, seeds meeting the claim); "
               f"last-layer entropy rising with depth (pairs in order, of {len(depths) - 1}; — where a seed lacks a "
               "depth at that step).\n")

@@ -24,7 +24,8 @@ def write_run(folder, steps, *, seed=0, shift=0.0, lr=1e-4):
     (folder / "metrics.json").write_text(json.dumps(
         {"runs": {"2": {"by_step": by, "recovery_reached_at": first_reaching(by, 0.1)}}}))
     (folder / "layers2" / "metrics.jsonl").write_text(
-        "\n".join(json.dumps({"step": int(t), "entropy": [[float(x)] for x in row]}) for t, row in zip(s, h)))
+        "\n".join(json.dumps({"step": int(t), "entropy": [[float(x)] for x in row],
+                              "valid_loss": 5 + (t - 40) ** 2 / 1e3}) for t, row in zip(s, h)))  # lowest at 40
     return folder
 
 
@@ -43,6 +44,7 @@ def test_a_longer_run_that_repeats_the_shorter_replaces_it(load_benchmark, monke
     cell = result["cells"]["seed0-2L"]
     assert cell["last_reading"] == 80 and cell["min_step"] == 20
     assert cell["first_meeting_claim"] == 40  # 0.0 of the drop regained at 20, 0.1 at 40
+    assert cell["valid"] == {"lowest": 5.0, "at": 40, "last": 6.6}
     assert result["by_reading"]["80"]["recovered_mean"]["2"] == pytest.approx(0.3)
     assert "| 0 | 2 |" in capsys.readouterr().out
 
