@@ -19,15 +19,16 @@ def _norms(keys: torch.Tensor) -> torch.Tensor:  # (B, H, S, D) -> (B, H, S)
     return torch.linalg.vector_norm(keys, dim=-1)
 
 
-def test_knorm_keeps_exactly_the_smallest_key_norms():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # a float64 model's keys are read as float64
+def test_knorm_keeps_exactly_the_smallest_key_norms(dtype):
     """A layer of 12 stored keys, budget 5: the next step keeps the 5 keys of smallest L2 norm per batch row and
     KV head (each its own), then stores the new token."""
     g = torch.Generator().manual_seed(0)
-    keys, values = torch.randn(2, 3, 12, 8, generator=g), torch.randn(2, 3, 12, 8, generator=g)
+    keys, values = (torch.randn(2, 3, 12, 8, generator=g, dtype=dtype) for _ in range(2))
     layer = PolicyLayer(make_policy("knorm", budget=5))
     layer.update(keys, values)
     smallest = _norms(keys).argsort(-1)[..., :5].sort(-1).values  # (B, H, 5) stream indices
-    layer.update(torch.randn(2, 3, 1, 8, generator=g), torch.randn(2, 3, 1, 8, generator=g))
+    layer.update(*(torch.randn(2, 3, 1, 8, generator=g, dtype=dtype) for _ in range(2)))
     kept = layer.pos.sort(-1).values
     assert torch.equal(kept[..., :5], smallest) and (kept[..., 5] == 12).all()
     assert not torch.equal(smallest[:, 0], smallest[:, 1])  # the heads did keep different tokens

@@ -19,7 +19,9 @@ def model():
 
 @pytest.mark.parametrize("chunk", [1, 5])
 def test_policies_as_rows_of_one_batch_keep_what_each_keeps_alone(model, chunk):
-    ids = random_ids(T, seed=1)
+    # distinct tokens: a repeated token has the same layer-0 key, so knorm's scores tie exactly and float
+    # rounding breaks the tie -- differently for a batch of 5 than of 1 on some CPUs (seen on an Intel Xeon)
+    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(1))[:T]
     policies = policies_for(("window", "sinks", "h2o", "sinks+h2o", "knorm"), (BUDGET,), 4)
     together = replay(model, ids, policies, chunk)
     for p, r in zip(policies, together):

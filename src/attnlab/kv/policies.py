@@ -230,7 +230,9 @@ class KNorm(KVPolicy):
         return 0
 
     def priority(self, s: SlotState) -> torch.Tensor:
-        return -torch.linalg.vector_norm(s.keys, dim=-1, dtype=torch.float32)  # (B, H, S): high norm goes first
+        # summed in float32 at least (half-precision keys), in float64 for a float64 model
+        at = torch.promote_types(s.keys.dtype, torch.float32)
+        return -torch.linalg.vector_norm(s.keys, dim=-1, dtype=at)  # (B, H, S): high norm goes first
 
 
 def same_capacity(policy: KVPolicy) -> tuple:
