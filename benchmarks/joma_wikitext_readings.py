@@ -106,10 +106,11 @@ def longer_of(key: tuple[int, int], a: tuple[Path, dict], b: tuple[Path, dict]) 
     if why:
         refuse(f"seed {key[0]}, {key[1]} layer(s) given twice ({short}, {long}): {why}; name each run once")
     gap = max(abs(s_by[t]["recovered"] - l_by[t]["recovered"]) for t in common)
+    parted = (f"from step 0 on (its entropies differ by up to {start:.1g} nats: one init" if start else
+              "after step 0 (its entropies agree: one init")
     same = ("exactly" if all(s_by[t] == l_by[t] for t in common) else
             f"to within {100 * gap:.2f} points of the share regained, not bit for bit: the two round differently "
-            f"from step 0 on (its entropies differ by up to {start:.1g} nats: one init, rounded differently, as "
-            "another CPU's kernels do)")
+            f"{parted}, rounded differently, as another CPU's kernels do)")
     return (f"seed {key[0]}, {key[1]} layer(s): {long} (to {max(l_by)}) replaces {short} (to {max(s_by)}), "
             f"whose {len(common)} readings it repeats {same}")
 
@@ -192,9 +193,10 @@ def read_curves(source: dict) -> tuple[dict, dict]:
     return curves, valid
 
 
-def figure(cells: dict, curves: dict, share: float, path: Path) -> None:
+def figure(cells: dict, curves: dict, valid: dict, share: float, path: Path) -> None:
     """Left: layer-0 entropy over training, one line per run. Right: the recovered share at each reading, the
-    claim's band shaded. Colour: depth; seed 0 drawn solid, other seeds fainter."""
+    claim's band shaded. Colour: depth; seed 0 drawn solid, other seeds fainter. A dotted line in both: the
+    median step of lowest validation loss (past it the runs overfit)."""
     depths = sorted({d for _, d in cells})
     fig, (ax_h, ax_r) = plt.subplots(1, 2, figsize=(12, 4.2))
     ax_r.axhspan(share, 1, color="0.9", label=f"claim: {share:.0%} to 100% of the drop")
@@ -211,7 +213,9 @@ def figure(cells: dict, curves: dict, share: float, path: Path) -> None:
     ax_r.set(xlabel="step (the run read as if it stopped there)", ylabel="share of layer-0 entropy drop regained",
              ylim=(low, 0.5), title="recovered share by step, depth and seed")
     ax_r.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    best = float(np.median([v["at"] for v in valid.values()]))
     for ax in (ax_h, ax_r):
+        ax.axvline(best, ls=":", color="0.35", label=f"lowest valid loss (median step, {best:.0f})")
         ax.legend(fontsize=8)
     buf = io.BytesIO()
     fig.savefig(buf, dpi=120, format="png", bbox_inches="tight")
@@ -242,7 +246,7 @@ def main() -> None:
         figures.update(runs=[str(f) for f in folders], replaced=replaced, cells=runs, by_reading=by_reading)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
-            figure(cells, curves, share, args.out / "joma_wikitext_readings.png")
+            figure(cells, curves, valid, share, args.out / "joma_wikitext_readings.png")
             figures["figure"] = "joma_wikitext_readings.png"
 
 
