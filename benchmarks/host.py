@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from attnlab.core.io import write_atomic
-from attnlab.core.machine import machine  # this CPU, its cores, torch's threads; a resumed run names each stretch's
+from attnlab.core.machine import machine  # the benchmarks name their machine as host.machine()
 
 
 def peak_rss_mib() -> float:
