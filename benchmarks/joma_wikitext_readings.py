@@ -65,7 +65,7 @@ def load(folders: list[Path]) -> tuple[dict, dict, dict, float, list[str]]:
     """{(seed, depth): {reading step: {"recovered", "min_step", "last_layer", ...}}}, {(seed, depth): the first
     reading meeting the claim, as the run found it}, {(seed, depth): the folder read}, the claim's lower bound,
     and a line per run that a longer run of the same seed and depth replaced."""
-    cells, first, source, share, replaced = {}, {}, {}, None, []
+    cells, first, source, settings, share, replaced = {}, {}, {}, {}, None, []
     for folder in folders:
         cfg = json.loads((folder / "config.json").read_text())
         if cfg.get("experiment") != "joma-wikitext":
@@ -80,22 +80,21 @@ def load(folders: list[Path]) -> tuple[dict, dict, dict, float, list[str]]:
                 refuse(f"{folder}: run without readings; rerun it with --set readings=3000,...,6000")
             key, by = (cfg["seed"], int(depth)), {int(s): r for s, r in run["by_step"].items()}
             if key in cells:
-                replaced.append(longer_of(key, (source[key], cells[key]), (folder, by)))
+                replaced.append(longer_of(key, (source[key], settings[key], cells[key]), (folder, cfg, by)))
                 if max(cells[key]) > max(by):
                     continue
-            cells[key], first[key], source[key] = by, run["recovery_reached_at"], folder
+            cells[key], first[key], source[key], settings[key] = by, run["recovery_reached_at"], folder, cfg
     return cells, first, source, share, replaced
 
 
-def longer_of(key: tuple[int, int], a: tuple[Path, dict], b: tuple[Path, dict]) -> str:
+def longer_of(key: tuple[int, int], a: tuple[Path, dict, dict], b: tuple[Path, dict, dict]) -> str:
     """Two runs of one seed and depth: the longer stands for both if it is the shorter run carried on -- the
     same settings but length, and the same readings where both read (with a constant learning rate a run's
     prefix *is* the shorter run). On another CPU the same run rounds differently from its first forward pass
     on, and training carries that on: then the readings agree only as far as that goes, which is said, with
     the step-0 difference that shows it; -> the line saying which replaced which."""
-    (short, s_by), (long, l_by) = sorted((a, b), key=lambda r: max(r[1]))
-    cfg = [{k: v for k, v in json.loads((f / "config.json").read_text()).items() if k not in OWN}
-           for f in (short, long)]
+    (short, s_cfg, s_by), (long, l_cfg, l_by) = sorted((a, b), key=lambda r: max(r[2]))  # (folder, config, readings)
+    cfg = [{k: v for k, v in c.items() if k not in OWN} for c in (s_cfg, l_cfg)]
     common = sorted(set(s_by) & set(l_by))
     start = np.abs(step0(short, key[1]) - step0(long, key[1])).max()
     why = ("neither extends the other" if not common or max(s_by) == max(l_by) else

@@ -230,8 +230,7 @@ class KNorm(KVPolicy):
         return 0
 
     def priority(self, s: SlotState) -> torch.Tensor:
-        # summed in float32 at least (half-precision keys), in float64 for a float64 model
-        at = torch.promote_types(s.keys.dtype, torch.float32)
+        at = torch.promote_types(s.keys.dtype, torch.float32)  # float32 at least (half keys); float64 stays
         return -torch.linalg.vector_norm(s.keys, dim=-1, dtype=at)  # (B, H, S): high norm goes first
 
 
