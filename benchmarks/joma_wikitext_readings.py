@@ -14,7 +14,7 @@ The claims are the experiment's, unchanged; this only reads them at more steps a
 
     python benchmarks/joma_wikitext_readings.py benchmarks/results/joma-wikitext-{1,2,5}L-6k \\
         benchmarks/results/joma-wikitext-seeds-6k benchmarks/results/joma-wikitext-5L-12k \\
-        --out benchmarks/results/joma-wikitext-readings
+        benchmarks/results/joma-wikitext-{5,2}L-12k-seed{1,2} --out benchmarks/results/joma-wikitext-readings
 """
 from __future__ import annotations
 
@@ -78,6 +78,8 @@ def load(folders: list[Path]) -> tuple[dict, dict, dict, float, list[str]]:
         for depth, run in runs.items():
             if "by_step" not in run:
                 refuse(f"{folder}: run without readings; rerun it with --set readings=3000,...,6000")
+            if not (folder / f"layers{depth}" / "metrics.jsonl").is_file():
+                refuse(f"{folder}: no layers{depth}/metrics.jsonl (the curves); copy the run's whole folder")
             key, by = (cfg["seed"], int(depth)), {int(s): r for s, r in run["by_step"].items()}
             if key in cells:
                 replaced.append(longer_of(key, (source[key], settings[key], cells[key]), (folder, cfg, by)))
@@ -145,12 +147,12 @@ def per_run_table(cells: dict, firsts: dict, curves: dict, valid: dict) -> dict:
             "first_meeting_claim": firsts[(seed, depth)], "last_reading": last, "min_step": by[last]["min_step"],
             "late": {k: round(v, 4) for k, v in end.items()},
             "last_layer": {c: round(by[c]["last_layer"], 3) for c in cols if c in by}, "valid": valid[(seed, depth)]}
-        low, at, final = valid[(seed, depth)]["lowest"], valid[(seed, depth)]["at"], valid[(seed, depth)]["last"]
+        v = valid[(seed, depth)]
         print(f"| {seed} | {depth} | " + " | ".join(f"{by[c]['recovered']:.1%}" if c in by else "—" for c in cols)
               + f" | {firsts[(seed, depth)] or 'none'} | {by[last]['min_step']} (of {last}) | "
               + f"{end['mean']:.1%} ± {end['sd']:.1%} | {end['slope_per_1000']:+.1%} | "
               + " | ".join(f"{by[c]['last_layer']:.3f}" if c in by else "—" for c in cols)
-              + f" | {low:.3f} ({at}) -> {final:.3f} |")
+              + f" | {v['lowest']:.3f} ({v['at']}) -> {v['last']:.3f} |")
     return rows
 
 

@@ -73,6 +73,16 @@ def test_runs_of_one_seed_and_depth_that_do_not_compose_are_refused(load_benchma
     assert not (tmp_path / "out").exists()
 
 
+def test_a_run_without_its_curves_is_refused(load_benchmark, monkeypatch, tmp_path, capsys):
+    run = write_run(tmp_path / "a", 40)
+    (run / "layers2" / "metrics.jsonl").unlink()
+    with pytest.raises(SystemExit) as stop:
+        run_script(load_benchmark, monkeypatch, run, "--out", tmp_path / "out")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1 and "no layers2/metrics.jsonl" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_other_seeds_are_read_beside(load_benchmark, monkeypatch, tmp_path):
     runs = [write_run(tmp_path / "s0", 80), write_run(tmp_path / "s1", 40, seed=1)]
     run_script(load_benchmark, monkeypatch, *runs, "--out", tmp_path / "out")
