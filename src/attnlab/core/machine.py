@@ -19,9 +19,11 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
-def machine() -> str:
-    """This CPU, its cores and torch's threads and version, in one line."""
+def machine(device: str = "cpu") -> str:
+    """This CPU, its cores and torch's threads and version, in one line; for a CUDA ``device`` its GPU first
+    (the GPU's kernels then decide the rounding, not the CPU's)."""
     import torch  # here, not at the top: `attnlab --help` need not load PyTorch
 
-    return (f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+    gpu = f"{torch.cuda.get_device_name(torch.device(device))} on " if device.startswith("cuda") else ""
+    return (f"{gpu}{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
             f"torch {torch.__version__}")

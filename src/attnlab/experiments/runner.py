@@ -187,7 +187,7 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
     result = exp.run(cfg, ctx)
     seconds = time.perf_counter() - t0
     config = {"experiment": exp.name, **config_mod.to_json(cfg), "device": device}
-    counts, where = tally(result.claims), machine()
+    counts, where = tally(result.claims), machine(device)
     metrics = {
         "experiment": exp.name,
         "claims": [c.to_json() for c in result.claims],
@@ -197,7 +197,7 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
         "seconds": round(seconds, 3),
         "attnlab_version": __version__,
         "torch_version": torch.__version__,
-        "machine": where,  # a run is bit-reproducible only on the same CPU kernels (core/machine.py)
+        "machine": where,  # a run is bit-reproducible only on the same kernels (core/machine.py)
         **result.metrics,
     }
     write_json(run_dir / "config.json", config)

@@ -9,6 +9,7 @@ cell must not stop the others.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 import traceback
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CELL_FILE = "cell.json"  # written into every finished cell folder: what ran there
+CELL_TMP = "attnlab-cell-"  # + the worker's pid: a private folder a cell runs in
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ def run_cell(job: CellJob) -> dict:
     try:
         exp = registry.get(job.experiment)
         cfg = runner.resolve_config(exp, job.overrides, None, job.quick)
-        with tempfile.TemporaryDirectory(prefix="attnlab-cell-") as tmp:
+        remove_orphans(Path(tempfile.gettempdir()))
+        with tempfile.TemporaryDirectory(prefix=f"{CELL_TMP}{os.getpid()}-") as tmp:
             out = Path(tmp) / "run"
             result = runner.run_into(exp, cfg, out, job.device, job.command)
             files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
@@ -60,3 +63,25 @@ def run_cell(job: CellJob) -> dict:
         return {"status": "failed", "error": line, "traceback": traceback.format_exc(),
                 "seconds": time.perf_counter() - t0}
     return {"status": "ok", "files": files, "seconds": time.perf_counter() - t0, "counts": tally(result.claims)}
+
+
+def remove_orphans(root: Path) -> list[Path]:
+    """Remove the private folders of cells whose worker is gone. Ray ends a stopped sweep's workers with
+    SIGKILL, so their TemporaryDirectory is never cleaned; the next cell run on this machine cleans it."""
+    gone = [d for d in root.glob(CELL_TMP + "*") if not _alive(d.name[len(CELL_TMP):].split("-")[0])]
+    for d in gone:
+        shutil.rmtree(d, ignore_errors=True)
+    return gone
+
+
+def _alive(pid: str) -> bool:
+    """Whether a process ``pid`` exists; a name that is no pid (an older layout) counts as alive: kept."""
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
