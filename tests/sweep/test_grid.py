@@ -92,7 +92,7 @@ def test_without_ray_the_sweep_names_the_install_and_writes_nothing(tmp_path, mo
 
 def test_claims_are_tabulated_by_wording_not_by_position():
     """Fig. 6's cells hold different claims (1/2 tokens: 3, the others: 4); one claim worded with a cell's own
-    numbers stays one column."""
+    numbers stays one column, captioned with # where the cells' numbers differ and the shared numbers kept."""
     g = grid("scansnap-fig6", ["num_last=1,3"])
 
     def done(num_last, claims):
@@ -100,11 +100,11 @@ def test_claims_are_tabulated_by_wording_not_by_position():
                 "claim_counts": {"holds": len(claims)}, "claims": [{"claim": c, "measured": m, "status": "holds"}
                                                                    for c, m in claims]}
     table = [done(1, [("entropy falls at 1/2", 0.5), ("sparse", 1.0)]),
-             done(3, [("entropy falls at 3/6", 0.25), ("dips at 2", 0.75), ("sparse", 0.9)])]
+             done(3, [("entropy falls at 3/2", 0.25), ("dips at 2", 0.75), ("sparse", 0.9)])]
     text = markdown(g, table, [])
     assert "| 1 | done | 2/2 | 0.5 (holds) | 1 (holds) |  |" in text  # columns in the order first seen
     assert "| 3 | done | 3/3 | 0.25 (holds) | 0.9 (holds) | 0.75 (holds) |" in text
-    assert text.endswith("1. entropy falls at 1/2\n2. sparse\n3. dips at 2\n")
+    assert text.endswith("1. entropy falls at #/2\n2. sparse\n3. dips at 2\n")
 
 
 def _examples(text: str) -> list[list[str]]:

@@ -31,19 +31,29 @@ def lookup(metrics: dict, path: str):
     return value if isinstance(value, (int, float, str, bool)) or value is None else None
 
 
+NUMBER = r"(\d+(?:\.\d+)?)"
+
+
 def claim_key(wording: str) -> str:
     """A claim's identity across cells: its wording with the numbers blanked, since cells of one experiment
     may hold different claims (Fig. 6's 1/2 tokens vs 3/6 ...) or word one claim with their own settings."""
-    return re.sub(r"\d+(?:\.\d+)?", "#", wording)
+    return re.sub(NUMBER, "#", wording)
+
+
+def shared_wording(wordings: list[str]) -> str:
+    """One claim's wording over its cells: a number every cell words alike kept, one they differ in as ``#``
+    (the wordings share a key, so they split into the same parts)."""
+    parts = [re.split(NUMBER, w) for w in wordings]
+    return "".join(p[0] if len(set(p)) == 1 else "#" for p in zip(*parts))
 
 
 def claim_columns(table: list[dict]) -> list[tuple[str, str]]:
-    """(key, wording in the first done cell that holds it) of every claim of the done cells, first seen first."""
-    columns: dict[str, str] = {}
+    """(key, wording shared by the done cells holding it) of every claim of the done cells, first seen first."""
+    columns: dict[str, list[str]] = {}
     for r in table:
         for c in r.get("claims", []) if r["status"] == "done" else []:
-            columns.setdefault(claim_key(c["claim"]), c["claim"])
-    return list(columns.items())
+            columns.setdefault(claim_key(c["claim"]), []).append(c["claim"])
+    return [(key, shared_wording(wordings)) for key, wordings in columns.items()]
 
 
 def _claim(row: dict, key: str) -> dict | None:
@@ -98,7 +108,8 @@ def markdown(grid: Grid, table: list[dict], chosen: list[str]) -> str:
             cells += [r.get("error", "").replace("|", "/")] + [""] * (len(columns) + len(chosen))
         lines.append("| " + " | ".join(str(x) for x in cells) + " |")
     if columns:
-        lines += ["", "Claims (as worded in the first done cell holding each; blank where a cell has no such claim):",
+        lines += ["", "Claims (# where the cells holding one word a number differently; blank where a cell has no such "
+                  "claim):",
                   ""]
         lines += [f"{i + 1}. {wording}" for i, (_, wording) in enumerate(columns)]
     return "\n".join(lines) + "\n"
