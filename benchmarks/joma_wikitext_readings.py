@@ -14,7 +14,8 @@ The claims are the experiment's, unchanged; this only reads them at more steps a
 
     python benchmarks/joma_wikitext_readings.py benchmarks/results/joma-wikitext-{1,2,5}L-6k \\
         benchmarks/results/joma-wikitext-seeds-6k benchmarks/results/joma-wikitext-5L-12k \\
-        benchmarks/results/joma-wikitext-{5,2}L-12k-seed{1,2} --out benchmarks/results/joma-wikitext-readings
+        benchmarks/results/joma-wikitext-{5,2,1}L-12k-seed{1,2} benchmarks/results/joma-wikitext-{1,2}L-12k-seed0 \\
+        --out benchmarks/results/joma-wikitext-readings
 """
 from __future__ import annotations
 
