@@ -108,9 +108,8 @@ def markdown(grid: Grid, table: list[dict], chosen: list[str]) -> str:
             cells += [r.get("error", "").replace("|", "/")] + [""] * (len(columns) + len(chosen))
         lines.append("| " + " | ".join(str(x) for x in cells) + " |")
     if columns:
-        lines += ["", "Claims (# where the cells holding one word a number differently; blank where a cell has no such "
-                  "claim):",
-                  ""]
+        lines += ["", "Claims (# where the cells holding one word a number differently; blank where a cell has "
+                  "no such claim):", ""]
         lines += [f"{i + 1}. {wording}" for i, (_, wording) in enumerate(columns)]
     return "\n".join(lines) + "\n"
 
