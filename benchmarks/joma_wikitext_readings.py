@@ -191,7 +191,8 @@ def read_curves(source: dict) -> tuple[dict, dict]:
         lines = [json.loads(line) for line in text.splitlines()]
         curves[(seed, depth)] = ([x["step"] for x in lines], [float(np.mean(x["entropy"][0])) for x in lines])
         loss = [(x["valid_loss"], x["step"]) for x in lines if "valid_loss" in x]
-        valid[(seed, depth)] = {"lowest": round(min(loss)[0], 4), "at": min(loss)[1], "last": round(loss[-1][0], 4)}
+        lowest, at = min(loss)
+        valid[(seed, depth)] = {"lowest": round(lowest, 4), "at": at, "last": round(loss[-1][0], 4)}
     return curves, valid
 
 
