@@ -198,6 +198,7 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
         "attnlab_version": __version__,
         "torch_version": torch.__version__,
         "machine": where,  # a run is bit-reproducible only on the same kernels (core/machine.py)
+        "command": command,  # what the docs print beside a number read from this file (docs/render.py checks it)
         **result.metrics,
     }
     write_json(run_dir / "config.json", config)

@@ -1,0 +1,320 @@
+"""Docs rendered from results: every measured number in README.md, docs/*.md and benchmarks/README.md is
+written here, from a field of a committed result file, never typed by hand.
+
+The docs' sources are templates under ``docs/templates/``, one per document, at the document's own path
+(``docs/templates/README.md`` -> ``README.md``, ``docs/templates/docs/kv.md`` -> ``docs/kv.md``). A template
+is the document with its numbers as placeholders:
+
+    <!-- use dv = benchmarks/results/dejavu-relu-8l/metrics.json -->
+    recall {{ dv:claims[~predictor].measured | .3f }}, decode {{ dv:decode.speedup | .2f }}x,
+    {{ dv:claim_counts | holds }} -- `{{ dv:command }}`
+
+- ``<!-- use ALIAS = PATH -->`` names a result file (relative to the repository root) for the template;
+  it stays in the rendered document as a comment, so a reader of the source sees where numbers come from.
+- ``{{ REF | FILTER ... }}``: REF is ``ALIAS:PATH``, a field of that file; PATH is keys and indexes joined by
+  dots -- ``rows[0].ppl``, ``runs["sinks 4+252"].ppl``, ``claims[~decode at batch 1].measured`` (the first
+  element whose text contains the words after ``~``), ``rows[policy=h2o].ppl`` (the first whose field equals
+  the value). An empty PATH is the whole file. ``command`` is the command that wrote the file (its own
+  "command", else its report.md's "Command:" line). REFs may be combined with ``+ - * /``, numbers,
+  ``abs``, ``min``, ``max`` (operators between spaces): ``{{ a:dense_ms / a:sparse_ms | .2f }}``.
+- FILTERs apply left to right: a Python format spec (``.3f``, ``,d``, ``+.1%``, ``.0f``), or ``mib`` / ``gib``
+  (bytes to MiB / GiB), ``x100``, ``neg``, ``abs``, ``minus`` (a typographic minus sign), ``holds`` (claim
+  counts -> "k/n hold"), ``counts`` (claim counts -> "k/n claims hold, f fail, ..."), ``met >= 1.4`` (the
+  word "met" or "not met", from the number and its goal), ``sign`` ("+" or "−").
+- ``<!-- include docs/templates/benchmarks/_parts/decode.md -->`` (a line of its own) inserts a part: a long
+  document is written in parts, in folders whose names start with ``_``.
+- ``{{ "1.53" }}`` writes a literal: a number that no run of ours measures (a paper's published figure, a
+  setting), said so where it stands.
+
+``python -m attnlab.core.render`` writes every document; ``--check`` writes nothing and exits 1 on any
+document that differs from its rendering (the test suite runs it).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import operator
+import re
+import sys
+from pathlib import Path
+
+from attnlab.core.errors import UsageError
+from attnlab.core.io import write_atomic
+
+TEMPLATES = Path("docs/templates")
+INCLUDE = re.compile(r"^<!--\s*include\s+(\S+)\s*-->\n", re.M)
+USE = re.compile(r"<!--\s*use\s+([A-Za-z]\w*)\s*=\s*(\S+)\s*-->")
+PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
+REF = re.compile(r"(?<![\w\"'])([A-Za-z]\w*):((?:[^\s\[\]|(),]|\[[^\]]*\])*)")
+STEP = re.compile(r"\.?([^.\[\]]+)|\[([^\]]*)\]")
+
+
+class RenderError(UsageError):
+    """A placeholder that cannot be rendered: its template, line and why."""
+
+
+# --------------------------------------------------------------------------- fields of a result file
+def recorded_command(path: Path, data) -> str:
+    """The command that wrote ``path``: its own "command" field, else its report.md's "Command:" line."""
+    if isinstance(data, dict) and isinstance(data.get("command"), str) and data["command"] != "train":
+        return data["command"]
+    report = path.parent / "report.md"
+    if report.is_file():
+        m = re.search(r"^Command: `(.+?)`", report.read_text(), re.M)
+        if m:
+            return m.group(1)
+    raise KeyError(f"{path} records no command (no 'command' field, no report.md 'Command:' line)")
+
+
+def _select(items: list, key: str):
+    """``[3]``, ``[-1]``, ``[~words]`` (first element whose text contains them), ``[field=value]``."""
+    key = key.strip()
+    if re.fullmatch(r"-?\d+", key):
+        return items[int(key)]
+    if key.startswith(("'", '"')):
+        raise KeyError(f"a quoted key [{key}] indexes an object, not a list")
+    if key.startswith("~"):
+        words = key[1:].strip()
+        hits = [x for x in items if words in (json.dumps(x, ensure_ascii=False) if not isinstance(x, str) else x)]
+    elif "=" in key:
+        field, value = (s.strip() for s in key.split("=", 1))
+        hits = [x for x in items if isinstance(x, dict) and str(x.get(field)) == value]
+    else:
+        raise KeyError(f"[{key}]: an index, ~words or field=value")
+    if not hits:
+        raise KeyError(f"no element matches [{key}]")
+    return hits[0]
+
+
+def field(data, path: str, source: Path):
+    """The value at ``path`` in ``data`` (see the module's docstring)."""
+    if path == "command":
+        return recorded_command(source, data)
+    value = data
+    for name, bracket in STEP.findall(path):
+        if name:
+            if not isinstance(value, dict) or name not in value:
+                raise KeyError(f"no key {name!r} (have {sorted(value)[:12] if isinstance(value, dict) else type(value).__name__})")
+            value = value[name]
+        elif isinstance(value, list):
+            value = _select(value, bracket)
+        else:
+            key = bracket.strip().strip("\"'")
+            if not isinstance(value, dict) or key not in value:
+                raise KeyError(f"no key [{key!r}]")
+            value = value[key]
+    return value
+
+
+class Sources:
+    """The result files a template names, each read once."""
+
+    def __init__(self, root: Path):
+        self.root, self.alias, self._data = root, {}, {}
+
+    def use(self, alias: str, rel: str) -> None:
+        self.alias[alias] = self.root / rel
+
+    def get(self, alias: str, path: str):
+        if alias not in self.alias:
+            raise KeyError(f"no source named {alias!r}: add <!-- use {alias} = benchmarks/results/.../x.json -->")
+        p = self.alias[alias]
+        if p not in self._data:
+            if not p.is_file():
+                raise KeyError(f"{p.relative_to(self.root)} is not committed")
+            self._data[p] = json.loads(p.read_text()) if p.suffix == ".json" else p.read_text()
+        return field(self._data[p], path, p)
+
+
+# --------------------------------------------------------------------------- expressions and filters
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.USub: operator.neg, ast.UAdd: operator.pos}
+_CALLS = {"abs": abs, "min": min, "max": max}
+
+
+def _eval(node, names: dict):
+    if isinstance(node, ast.Expression):
+        return _eval(node.body, names)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_eval(node.left, names), _eval(node.right, names))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_eval(node.operand, names))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
+        return _CALLS[node.func.id](*(_eval(a, names) for a in node.args))
+    raise ValueError(f"not allowed in a placeholder: {ast.dump(node)[:60]}")
+
+
+def evaluate(expr: str, sources: Sources):
+    """A REF, or an arithmetic expression over REFs (see the module's docstring)."""
+    names = {}
+
+    def bind(m: re.Match) -> str:
+        names[f"_v{len(names)}"] = sources.get(m.group(1), m.group(2))
+        return f"_v{len(names) - 1}"
+
+    return _eval(ast.parse(REF.sub(bind, expr.strip()), mode="eval"), names)
+
+
+def _counts(value) -> dict:
+    if isinstance(value, dict) and "claim_counts" in value:
+        value = value["claim_counts"]
+    if isinstance(value, list):  # a list of claims
+        out: dict = {}
+        for c in value:
+            out[c["status"]] = out.get(c["status"], 0) + 1
+        value = out
+    if not isinstance(value, dict) or "holds" not in value:
+        raise ValueError("holds/counts read claim counts (a metrics file, its claim_counts or its claims)")
+    return value
+
+
+def _holds(value) -> str:
+    n = _counts(value)
+    checked = n.get("holds", 0) + n.get("fails", 0) + n.get("unresolved", 0)
+    return f"{n.get('holds', 0)}/{checked} hold"
+
+
+def _describe(value) -> str:
+    from attnlab.experiments.claims import STATUSES, describe  # torch-free
+    n = _counts(value)
+    return describe({s: n.get(s, 0) for s in STATUSES})
+
+
+_MET = re.compile(r"met\s*(>=|<=|>|<)\s*(-?[\d.]+(?:e-?\d+)?)$")
+FILTERS = {
+    "mib": lambda v: v / 2**20, "gib": lambda v: v / 2**30, "x100": lambda v: v * 100, "neg": lambda v: -v,
+    "abs": abs, "holds": _holds, "counts": _describe,
+    "minus": lambda v: v.replace("-", "−") if isinstance(v, str) else (f"{v}".replace("-", "−")),
+    "sign": lambda v: "−" if v < 0 else "+",
+}
+
+
+def apply_filter(value, spec: str):
+    spec = spec.strip()
+    if spec in FILTERS:
+        return FILTERS[spec](value)
+    m = _MET.match(spec)
+    if m:
+        goal = float(m.group(2))
+        ok = {">=": value >= goal, "<=": value <= goal, ">": value > goal, "<": value < goal}[m.group(1)]
+        return "met" if ok else "not met"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and math.isnan(value):
+            return "NaN"
+        try:
+            return format(value, spec)
+        except ValueError:
+            raise ValueError(f"unknown filter or format {spec!r}: one of {sorted(FILTERS)}, 'met >= N' "
+                             "or a format spec such as .3f") from None
+    raise ValueError(f"unknown filter {spec!r} for a {type(value).__name__}")
+
+
+def _split_pipes(body: str) -> list[str]:
+    """The expression and its filters: ``|`` outside brackets and quotes."""
+    parts, depth, quote, cur = [], 0, "", ""
+    for ch in body:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    return parts + [cur]
+
+
+def render_placeholder(body: str, sources: Sources) -> str:
+    expr, *filters = _split_pipes(body)
+    value = evaluate(expr, sources)
+    for spec in filters:
+        value = apply_filter(value, spec)
+    return str(value)
+
+
+# --------------------------------------------------------------------------- documents
+def expand_includes(text: str, root: Path, depth: int = 0) -> str:
+    """``<!-- include docs/templates/x/_parts/y.md -->`` lines replaced by that file (a long document's parts:
+    a folder whose name starts with ``_`` holds parts, not documents)."""
+    if depth > 4:
+        raise RenderError("includes nested more than 4 deep")
+
+    def one(m: re.Match) -> str:
+        part = root / m.group(1)
+        if not part.is_file():
+            raise RenderError(f"included file {m.group(1)} is missing")
+        return expand_includes(part.read_text(), root, depth + 1)
+
+    return INCLUDE.sub(one, text)
+
+
+def render_text(text: str, root: Path, name: str = "<template>") -> str:
+    """A template's text with every placeholder replaced; a bad one raises RenderError naming its line
+    (of the template with its includes expanded)."""
+    text = expand_includes(text, root)
+    sources = Sources(root)
+    for alias, rel in USE.findall(text):
+        sources.use(alias, rel)
+
+    def one(m: re.Match) -> str:
+        try:
+            return render_placeholder(m.group(1), sources)
+        except (KeyError, ValueError, TypeError, IndexError, SyntaxError, ZeroDivisionError) as e:
+            line = text.count("\n", 0, m.start()) + 1
+            raise RenderError(f"{name}:{line}: {{{{{m.group(1).strip()}}}}}: {e}") from None
+
+    return PLACEHOLDER.sub(one, text)
+
+
+def documents(root: Path) -> list[tuple[Path, Path]]:
+    """(template, document) pairs: every file under docs/templates at its document's path."""
+    base = root / TEMPLATES
+    return [(t, root / t.relative_to(base)) for t in sorted(base.rglob("*.md"))
+            if not any(part.startswith("_") for part in t.relative_to(base).parts)]
+
+
+def render_all(root: Path, write: bool) -> list[Path]:
+    """Render every template; write the documents (aside, then renamed), or return those that differ."""
+    differ = []
+    for template, doc in documents(root):
+        out = render_text(template.read_text(), root, str(template.relative_to(root)))
+        if not doc.is_file() or doc.read_text() != out:
+            differ.append(doc)
+            if write:
+                write_atomic(doc, out)
+    return differ
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m attnlab.core.render", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", type=Path, default=Path("."), help="the repository's root (default: here)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a document differs")
+    args = p.parse_args(argv)
+    if not (args.root / TEMPLATES).is_dir():
+        print(f"error: no {TEMPLATES} under {args.root.resolve()}: run from the repository's root or give --root",
+              file=sys.stderr)
+        return 2
+    try:
+        differ = render_all(args.root, write=not args.check)
+    except RenderError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for doc in differ:
+        print(f"{'differs from its template' if args.check else 'rendered'}: {doc.relative_to(args.root)}")
+    return 1 if (args.check and differ) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
