@@ -283,10 +283,14 @@ def documents(root: Path) -> list[tuple[Path, Path]]:
             if not any(part.startswith("_") for part in t.relative_to(base).parts)]
 
 
-def render_all(root: Path, write: bool) -> list[Path]:
-    """Render every template; write the documents (aside, then renamed), or return those that differ."""
+def render_all(root: Path, write: bool, only: list[Path] | None = None) -> list[Path]:
+    """Render every template (or those of the documents ``only``); write the documents (aside, then renamed),
+    or return those that differ."""
     differ = []
+    wanted = None if not only else {(root / p).resolve() for p in only}
     for template, doc in documents(root):
+        if wanted is not None and doc.resolve() not in wanted:
+            continue
         out = render_text(template.read_text(), root, str(template.relative_to(root)))
         if not doc.is_file() or doc.read_text() != out:
             differ.append(doc)
@@ -301,13 +305,18 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", type=Path, default=Path("."), help="the repository's root (default: here)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a document differs")
+    p.add_argument("only", nargs="*", type=Path, help="render only these documents (default: all)")
     args = p.parse_args(argv)
     if not (args.root / TEMPLATES).is_dir():
         print(f"error: no {TEMPLATES} under {args.root.resolve()}: run from the repository's root or give --root",
               file=sys.stderr)
         return 2
     try:
-        differ = render_all(args.root, write=not args.check)
+        known = {d.resolve() for _, d in documents(args.root)}
+        unknown = [str(p) for p in args.only if (args.root / p).resolve() not in known]
+        if unknown:
+            raise RenderError(f"no template for {', '.join(unknown)} (templates live under {TEMPLATES}/)")
+        differ = render_all(args.root, write=not args.check, only=args.only)
     except RenderError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
