@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -58,8 +57,17 @@ def test_each_placeholder_renders_its_field(root, placeholder, text):
     assert render_text(USE + "{{ " + placeholder + " }}", root) == USE + text
 
 
-def test_a_file_without_a_command_field_reads_its_reports_command_line(root):
-    assert render_text(USE + "`{{ b:command }}`", root).endswith("`attnlab reproduce y --out res`")
+def test_a_file_without_a_command_field_reads_its_folders(root):
+    """A result.json or result.md beside the metrics.json that records the command; else report.md's line."""
+    assert render_text(USE + "`{{ b:command }}`", root).endswith("`attnlab reproduce x --set steps=3 --out runs/x`")
+    (root / "rep").mkdir()
+    (root / "rep" / "result.md").write_text("| a | b |\n|---|---|\n| int8 | 2.88x |\n")
+    (root / "rep" / "report.md").write_text("# x\n\nCommand: `attnlab reproduce y --out rep`  \n")
+    text = "<!-- use r = rep/result.md -->\n`{{ r:command }}` {{ r:tables[0].rows.int8.b | .2f }}"
+    assert render_text(text, root).endswith("`attnlab reproduce y --out rep` 2.88")
+    (root / "rep" / "report.md").unlink()
+    with pytest.raises(RenderError, match="records no command"):
+        render_text(text, root)
 
 
 @pytest.mark.parametrize("placeholder, why", [

@@ -20,7 +20,11 @@ is the document with its numbers as placeholders:
 - FILTERs apply left to right: a Python format spec (``.3f``, ``,d``, ``+.1%``, ``.0f``), or ``mib`` / ``gib``
   (bytes to MiB / GiB), ``x100``, ``neg``, ``abs``, ``minus`` (a typographic minus sign), ``holds`` (claim
   counts -> "k/n hold"), ``counts`` (claim counts -> "k/n claims hold, f fail, ..."), ``met >= 1.4`` (the
-  word "met" or "not met", from the number and its goal), ``sign`` ("+" or "−").
+  word "met" or "not met", from the number and its goal), ``sign`` ("+" or "−"), ``grab /words (\S+) words/``
+  (the number a text holds between those words: a Markdown report's ``text``).
+- A Markdown result file (a benchmark's result.md) reads as ``text`` and ``tables``: each table's ``heading``
+  (the last heading above it) and ``rows`` by first cell, each a dict by column header, numbers parsed
+  ("2.88x" -> 2.88, "15%" -> 0.15): ``{{ bd:tables[~batch 1].rows.int8["tokens/s"] | .1f }}``.
 - ``<!-- include docs/templates/benchmarks/_parts/decode.md -->`` (a line of its own) inserts a part: a long
   document is written in parts, in folders whose names start with ``_``.
 - ``{{ "1.53" }}`` writes a literal: a number that no run of ours measures (a paper's published figure, a
@@ -32,7 +36,6 @@ document that differs from its rendering (the test suite runs it).
 from __future__ import annotations
 
 import ast
-import json
 import math
 import operator
 import re
@@ -41,90 +44,17 @@ from pathlib import Path
 
 from attnlab.core.errors import UsageError
 from attnlab.core.io import write_atomic
+from attnlab.core.render_fields import Sources, cell_value
 
 TEMPLATES = Path("docs/templates")
 INCLUDE = re.compile(r"^<!--\s*include\s+(\S+)\s*-->\n", re.M)
 USE = re.compile(r"<!--\s*use\s+([A-Za-z]\w*)\s*=\s*(\S+)\s*-->")
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
 REF = re.compile(r"(?<![\w\"'])([A-Za-z]\w*):((?:[^\s\[\]|(),]|\[[^\]]*\])*)")
-STEP = re.compile(r"\.?([^.\[\]]+)|\[([^\]]*)\]")
 
 
 class RenderError(UsageError):
     """A placeholder that cannot be rendered: its template, line and why."""
-
-
-# --------------------------------------------------------------------------- fields of a result file
-def recorded_command(path: Path, data) -> str:
-    """The command that wrote ``path``: its own "command" field, else its report.md's "Command:" line."""
-    if isinstance(data, dict) and isinstance(data.get("command"), str) and data["command"] != "train":
-        return data["command"]
-    report = path.parent / "report.md"
-    if report.is_file():
-        m = re.search(r"^Command: `(.+?)`", report.read_text(), re.M)
-        if m:
-            return m.group(1)
-    raise KeyError(f"{path} records no command (no 'command' field, no report.md 'Command:' line)")
-
-
-def _select(items: list, key: str):
-    """``[3]``, ``[-1]``, ``[~words]`` (first element whose text contains them), ``[field=value]``."""
-    key = key.strip()
-    if re.fullmatch(r"-?\d+", key):
-        return items[int(key)]
-    if key.startswith(("'", '"')):
-        raise KeyError(f"a quoted key [{key}] indexes an object, not a list")
-    if key.startswith("~"):
-        words = key[1:].strip()
-        hits = [x for x in items if words in (json.dumps(x, ensure_ascii=False) if not isinstance(x, str) else x)]
-    elif "=" in key:
-        field, value = (s.strip() for s in key.split("=", 1))
-        hits = [x for x in items if isinstance(x, dict) and str(x.get(field)) == value]
-    else:
-        raise KeyError(f"[{key}]: an index, ~words or field=value")
-    if not hits:
-        raise KeyError(f"no element matches [{key}]")
-    return hits[0]
-
-
-def field(data, path: str, source: Path):
-    """The value at ``path`` in ``data`` (see the module's docstring)."""
-    if path == "command":
-        return recorded_command(source, data)
-    value = data
-    for name, bracket in STEP.findall(path):
-        if name:
-            if not isinstance(value, dict) or name not in value:
-                raise KeyError(f"no key {name!r} (have {sorted(value)[:12] if isinstance(value, dict) else type(value).__name__})")
-            value = value[name]
-        elif isinstance(value, list):
-            value = _select(value, bracket)
-        else:
-            key = bracket.strip().strip("\"'")
-            if not isinstance(value, dict) or key not in value:
-                raise KeyError(f"no key [{key!r}]")
-            value = value[key]
-    return value
-
-
-class Sources:
-    """The result files a template names, each read once."""
-
-    def __init__(self, root: Path):
-        self.root, self.alias, self._data = root, {}, {}
-
-    def use(self, alias: str, rel: str) -> None:
-        self.alias[alias] = self.root / rel
-
-    def get(self, alias: str, path: str):
-        if alias not in self.alias:
-            raise KeyError(f"no source named {alias!r}: add <!-- use {alias} = benchmarks/results/.../x.json -->")
-        p = self.alias[alias]
-        if p not in self._data:
-            if not p.is_file():
-                raise KeyError(f"{p.relative_to(self.root)} is not committed")
-            self._data[p] = json.loads(p.read_text()) if p.suffix == ".json" else p.read_text()
-        return field(self._data[p], path, p)
 
 
 # --------------------------------------------------------------------------- expressions and filters
@@ -194,10 +124,19 @@ FILTERS = {
 }
 
 
+_GRAB = re.compile(r"grab\s+/(.*)/$")
+
+
 def apply_filter(value, spec: str):
     spec = spec.strip()
     if spec in FILTERS:
         return FILTERS[spec](value)
+    g = _GRAB.match(spec)
+    if g:  # a number in a text, found by the words around it: grab /int8: (\S+)x fp32/
+        hit = re.search(g.group(1), value if isinstance(value, str) else "")
+        if not hit:
+            raise ValueError(f"grab: /{g.group(1)}/ finds nothing")
+        return cell_value(hit.group(1))
     m = _MET.match(spec)
     if m:
         goal = float(m.group(2))

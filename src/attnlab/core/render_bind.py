@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         if cands and sig >= 3:
             best = next(c for c in cands if c[1] == paths[0])
             edits.append((m.start(), m.end(), "{{ " + best[0] + " }}"))
-            print(f"{line}: {m.group(0)!r} -> {best[0]}" + (f"  (also {len(paths) - 1} more)" if len(paths) > 1 else ""))
+            more = f"  (also {len(paths) - 1} more)" if len(paths) > 1 else ""
+            print(f"{line}: {m.group(0)!r} -> {best[0]}{more}")
         else:
             why = "no field prints as it" if not cands else f"{sig} significant digits, {len(paths)} fields"
             print(f"{line}: {m.group(0)!r} left: {why}" + (f": {', '.join(paths[:4])}" if cands else ""))
