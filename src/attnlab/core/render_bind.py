@@ -22,7 +22,8 @@ from attnlab.core.render import USE
 RESULTS = re.compile(r"<!--\s*results:\s*(.*?)\s*-->")
 # a printed number: sign, digits with optional thousands commas, decimals, then % / × / MiB / GiB
 NUMBER = re.compile(r"(?<![\w.\-/=:#])([-−+]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)(\s?(?:%|MiB|GiB))?(?![\w.])")
-SKIP = re.compile(r"```.*?```|`[^`\n]*`|<!--.*?-->|\{\{.*?\}\}|\]\([^)]*\)", re.S)
+# not numbers of ours: code, comments, placeholders, link targets, arXiv ids
+SKIP = re.compile(r"```.*?```|`[^`\n]*`|<!--.*?-->|\{\{.*?\}\}|\]\([^)]*\)|arXiv:?\s?\d{4}\.\d{4,5}", re.S)
 
 
 def leaves(data, path: str = ""):
