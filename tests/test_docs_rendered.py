@@ -70,14 +70,20 @@ def _readme_table():
     return text, [row for row in text[start:].split("\n\n", 1)[0].splitlines()[2:]]
 
 
+def split_row(row: str) -> list[str]:
+    """A table row's cells: split on "|" outside placeholders (whose filters use it) and escaped \\|."""
+    row = row.replace("\\|", "\x01")
+    held = PLACEHOLDER.findall(row)
+    masked = PLACEHOLDER.sub(lambda m, n=iter(range(len(held))): f"\x00{next(n)}\x00", row)
+    return [re.sub(r"\x00(\d+)\x00", lambda m: "{{" + held[int(m.group(1))] + "}}", c) for c in masked.split("|")]
+
+
 def test_each_readme_row_prints_the_command_its_numbers_were_written_by():
     """The command beside a headline is read from the cited result file itself: the run the numbers come from."""
     _, rows = _readme_table()
     assert rows
     for row in rows:
-        held = PLACEHOLDER.findall(row.replace("\\|", "\x01"))  # split on "|" outside placeholders and \|
-        cells = [re.sub(r"\x00(\d+)\x00", lambda m: "{{" + held[int(m.group(1))] + "}}", c)
-                 for c in PLACEHOLDER.sub(lambda m, n=iter(range(len(held))): f"\x00{next(n)}\x00", row.replace("\\|", "\x01")).split("|")]
+        cells = split_row(row)
         name, command, headline = cells[1].strip(), cells[3], cells[4]
         assert re.fullmatch(r"\s*`\{\{\s*\w+:command\s*\}\}`\s*", command), f"row {name!r}: {command}"
         source = PLACEHOLDER.search(command).group(1).split(":")[0].strip()
