@@ -115,6 +115,14 @@ def check(claim: str, measured: float, expected: float, tolerance: float = 0.0, 
     return Claim(claim, measured, expected, tolerance, holds, test, interval=(lo, hi), n=int(n), method=method)
 
 
+def undecided(c: Claim, note: str) -> Claim:
+    """A checked claim whose run cannot decide it (a quick run's scale, a control that did not learn the task):
+    unresolved, with why; a finding or erratum is returned as it is."""
+    if c.status not in DECIDED:
+        return c
+    return replace(c, holds=None, status="unresolved", note=note)
+
+
 def finding(claim: str, measured: float) -> Claim:
     """A measured quantity reported without an expectation."""
     return Claim(claim, float(measured), None, None, None, None, "finding")

@@ -28,6 +28,9 @@ class Probe:
     # True: reads activations only and wants a long corpus, so it streams in independent windows
     # (``stream(..., window=W)``: linear time, constant memory) rather than the cached stream
     windowed: ClassVar[bool] = False
+    # Whether its claims decide on a short text (a quick run's few hundred tokens): properties of the weights, or
+    # margins far beyond what a short text moves. Else a quick run reports them unresolved.
+    decides_on_short_texts: ClassVar[bool] = False
     # Each numeric constructor parameter -> its range, checked when the probe is built (:func:`check_bounds`)
     # and so before any model is loaded: ">= 1", "> 0", "[0, 1]", "(0, 1)", "(0, 1]". A tuple's every
     # element is checked; None, where a parameter allows it, passes.

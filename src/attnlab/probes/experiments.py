@@ -4,7 +4,8 @@ One streamed pass over ``tokens`` tokens of the text with all probes at once (ea
 points it names), then the sink probe again with the first token replaced by each of ``replacements``
 ("\\n" and an ordinary token): the sink follows the position, not the token (StreamingLLM's
 "4 '\\n' + 1020" row). Claims and their thresholds live in each probe's constructor defaults, fixed
-before the first SmolLM2 run; quick mode (a few hundred tokens, for the demo) reports them as findings.
+before the first SmolLM2 run; quick mode (a few hundred tokens, for the demo) decides the claims a short
+text can (sinks, massive activations, the weights' geometry) and reports the others unresolved.
 
 Cost on one core of the shared 2-core CPU, SmolLM2-135M: quick mode (256 tokens, every probe) 37 s;
 the sinks alone over 2,048 tokens with the position check (three passes) 81 s; every probe over 2,048
@@ -16,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.core.errors import ConfigError
-from attnlab.experiments.claims import finding
 from attnlab.experiments.registry import Result, register
 from attnlab.probes.base import PROBES
 from attnlab.probes.run import chosen, run_probes
@@ -34,7 +34,7 @@ class ProbesConfig:
     corpus_tokens: int = 102400  # the windowed probes' corpus (superposition: >= 100k tokens), same text
     window: int = 512  # its independent windows
     view: int = 512  # tokens of the text in view.html (attnlab view's page); 0: none
-    judge: bool = True  # False (quick): a few hundred tokens are not the claims' setting: findings
+    judge: bool = True  # False (quick): a few hundred tokens decide some claims; the others are unresolved
 
     def __post_init__(self):
         if self.tokens < 2 or self.chunk < 1 or self.corpus_tokens < 2 or self.window < 2 or self.view < 0:
@@ -89,19 +89,20 @@ def run_probes_experiment(cfg: ProbesConfig, ctx) -> Result:
     corpus = None
     if any(PROBES.get(n).windowed for n in names):
         corpus = text_ids(tok, cfg.text, cfg.corpus_tokens, "--set corpus_tokens=N (or another text=)")
-    metrics, claims, figures = run_probes(model, ids, names, cfg.chunk, ctx, tok.decode, corpus, cfg.window)
+    short = None if cfg.judge else (f"quick mode: {ids.numel()} tokens are too few for this claim (the full run "
+                                    f"reads {ProbesConfig.tokens:,})")
+    metrics, claims, figures = run_probes(model, ids, names, cfg.chunk, ctx, tok.decode, corpus, cfg.window,
+                                          short=short)
     if swaps:
         metrics["sinks_position"], more, fig = _position(model, ids, tok, swaps, cfg, metrics, ctx)
         claims, figures = claims + more, {**figures, **fig}
     links = write_view(model, tok, ids, ctx.out, {"model": cfg.model, "text": cfg.text}, cfg.view, ctx.progress)
-    if not cfg.judge:
-        claims = [finding(c.claim, c.measured) if c.status in ("holds", "fails") else c for c in claims]
     corpus_line = "" if corpus is None else (f" Windowed probes over the first {corpus.numel()} tokens in "
                                              f"independent windows of {cfg.window}.")
     summary = (f"{cfg.model} on the first {ids.numel()} tokens of {cfg.text}, streamed in chunks of {cfg.chunk} "
                f"with the model's KV cache (full causal attention over the prefix); probes: {', '.join(names)}."
                + corpus_line
-               + ("" if cfg.judge else " Quick mode: claims reported as findings."))
+               + ("" if cfg.judge else " Quick mode: the claims a short text cannot decide are unresolved."))
     return Result(claims, {"model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()), "chunk": cfg.chunk,
                            "corpus_tokens": 0 if corpus is None else int(corpus.numel()), "probes": list(names),
                            **metrics}, figures, summary, links)

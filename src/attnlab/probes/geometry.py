@@ -34,6 +34,8 @@ from attnlab.probes.base import Probe, check_bounds, layer_of, register
 class SimilarityProbe(Probe):
     """Per layer: mean cos(resid_pre, resid_post) over tokens; attention entropy, raw and normalised."""
 
+    decides_on_short_texts = True  # consecutive layers' cosines are a property of the weights on any text
+
     name = "similarity"
     needs = ("blocks.*.resid_pre", "blocks.*.attn.pattern", "blocks.*.resid_post")
     summary = "cross-layer cosine of the residual stream and attention entropy per layer"
@@ -124,6 +126,8 @@ QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 @register
 class OrthogonalityProbe(Probe):
     """Per layer: cosines between hidden vectors of distinct tokens vs random vectors (JoMA's assumption)."""
+
+    decides_on_short_texts = True  # |cos| between embeddings (weights): a short text's tokens give hundreds of pairs
 
     name = "orthogonality"
     needs = ("embed", "blocks.*.resid_post")

@@ -44,6 +44,7 @@ class MassiveActivationProbe(Probe):
     summary = "Sun et al.'s massive activations: the largest |h| per layer over the median, their tokens and channels"
 
     bounds = {"entries": ">= 1", "ratio_min": "> 0", "delimiters": ">= 0"}
+    decides_on_short_texts = True  # massive activations sit orders of magnitude past the bound on any text
 
     def __init__(self, entries: int = 10, ratio_min: float = 100.0, delimiters: tuple[int, ...] = ()):
         check_bounds(self, locals())

@@ -23,6 +23,7 @@ from torch import nn
 
 from attnlab.core.errors import UsageError, first_line
 from attnlab.experiments import config as config_mod
+from attnlab.experiments.claims import undecided
 from attnlab.probes.base import PROBES, Probe, make_probes
 
 MACHINERY = ("base", "stream", "run", "plots", "configs", "cli")  # modules of the package that hold no probe
@@ -114,11 +115,14 @@ def check_readable(model: nn.Module, probes: list[Probe]) -> None:
 
 
 def run_probes(model: nn.Module, ids: torch.Tensor, names: tuple[str, ...], chunk: int, ctx, decode=None,
-               corpus: torch.Tensor | None = None, window: int = 512, options: dict | None = None):
+               corpus: torch.Tensor | None = None, window: int = 512, options: dict | None = None,
+               short: str | None = None):
     """Stream ``ids`` (T,) once through ``model`` with the named probes, and ``corpus`` (default ``ids``) in
     independent windows of ``window`` tokens with the windowed ones (superposition): (probe name -> its
     metrics, the probes' claims, {figure file: caption}). ``decode``: ids -> text, for the probes' examples;
-    ``options``: keyword options for the probes' constructors (each probe takes those it accepts)."""
+    ``options``: keyword options for the probes' constructors (each probe takes those it accepts); ``short``:
+    why this text is too short for the claims of probes that do not decide on short texts (they are then
+    unresolved, with that note)."""
     from attnlab.probes.stream import stream
 
     probes = make_probes(names, decode=decode, **(options or {}))
@@ -135,7 +139,7 @@ def run_probes(model: nn.Module, ids: torch.Tensor, names: tuple[str, ...], chun
     metrics, claims, figures = {}, [], {}
     for p in probes:
         metrics[p.name] = m = p.result()
-        claims += p.claims(m)
+        claims += [c if short is None or p.decides_on_short_texts else undecided(c, short) for c in p.claims(m)]
         figures.update(p.figures(m, ctx))
     return metrics, claims, figures
 

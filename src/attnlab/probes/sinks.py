@@ -47,6 +47,8 @@ def chance_share(first: int, n_tokens: int) -> tuple[float, float]:
 class SinkProbe(Probe):
     """Per layer and head: attention on the first token and on the first ``first`` tokens; the sink rate."""
 
+    decides_on_short_texts = True  # a sink is far above chance on any text (170x at 4,096 tokens)
+
     name = "sinks"
     needs = ("blocks.*.attn.pattern",)
     summary = "attention sinks: share on the first token / first 4, Gu et al.'s sink rate (eps 0.3)"
