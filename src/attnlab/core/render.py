@@ -1,4 +1,4 @@
-"""Docs rendered from results: every measured number in README.md, docs/*.md and benchmarks/README.md is
+r"""Docs rendered from results: every measured number in README.md, docs/*.md and benchmarks/README.md is
 written here, from a field of a committed result file, never typed by hand.
 
 The docs' sources are templates under ``docs/templates/``, one per document, at the document's own path
@@ -20,7 +20,8 @@ is the document with its numbers as placeholders:
 - FILTERs apply left to right: a Python format spec (``.3f``, ``,d``, ``+.1%``, ``.0f``), or ``mib`` / ``gib``
   (bytes to MiB / GiB), ``x100``, ``neg``, ``abs``, ``minus`` (a typographic minus sign), ``holds`` (claim
   counts -> "k/n hold"), ``counts`` (claim counts -> "k/n claims hold, f fail, ..."), ``met >= 1.4`` (the
-  word "met" or "not met", from the number and its goal), ``sign`` ("+" or "−"), ``grab /words (\S+) words/``
+  word "met" or "not met", from the number and its goal; ``Met >= 1.4`` capitalised), ``sign`` ("+" or "−"),
+  ``e`` (a number formatted ``.0e`` written short: "2e-09" -> "2e-9"), ``grab /words (\S+) words/``
   (the number a text holds between those words: a Markdown report's ``text``).
 - A Markdown result file (a benchmark's result.md) reads as ``text`` and ``tables``: each table's ``heading``
   (the last heading above it) and ``rows`` by first cell, each a dict by column header, numbers parsed
@@ -115,12 +116,13 @@ def _describe(value) -> str:
     return describe({s: n.get(s, 0) for s in STATUSES})
 
 
-_MET = re.compile(r"met\s*(>=|<=|>|<)\s*(-?[\d.]+(?:e-?\d+)?)$")
+_MET = re.compile(r"([Mm])et\s*(>=|<=|>|<)\s*(-?[\d.]+(?:e-?\d+)?)$")
 FILTERS = {
     "mib": lambda v: v / 2**20, "gib": lambda v: v / 2**30, "x100": lambda v: v * 100, "neg": lambda v: -v,
     "abs": abs, "holds": _holds, "counts": _describe,
     "minus": lambda v: v.replace("-", "−") if isinstance(v, str) else (f"{v}".replace("-", "−")),
     "sign": lambda v: "−" if v < 0 else "+",
+    "e": lambda v: re.sub(r"e([+-])0*(\d)", lambda m: "e" + m.group(1).replace("+", "") + m.group(2), str(v)),
 }
 
 
@@ -139,9 +141,10 @@ def apply_filter(value, spec: str):
         return cell_value(hit.group(1))
     m = _MET.match(spec)
     if m:
-        goal = float(m.group(2))
-        ok = {">=": value >= goal, "<=": value <= goal, ">": value > goal, "<": value < goal}[m.group(1)]
-        return "met" if ok else "not met"
+        goal = float(m.group(3))
+        ok = {">=": value >= goal, "<=": value <= goal, ">": value > goal, "<": value < goal}[m.group(2)]
+        word = "met" if ok else "not met"
+        return word.capitalize() if m.group(1) == "M" else word
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, float) and math.isnan(value):
             return "NaN"
@@ -159,7 +162,7 @@ def _split_pipes(body: str) -> list[str]:
     for ch in body:
         if quote:
             quote = "" if ch == quote else quote
-        elif ch in "\"'":
+        elif ch in "\"'" and depth == 0:  # inside a selector ([~it's]) a quote is text
             quote = ch
         elif ch == "[":
             depth += 1
