@@ -47,14 +47,16 @@ def _talk(fakes):
     """Registered out of the talk's order: the demo must still run them in it."""
     fakes("a-kv", "attnlab.kv.exp_fake")
     fakes("b-joma", "attnlab.theory.joma.exp_fake",
-          [check("b1", 1, 1, 0), check("b2", 0, 1, 0).because("too few steps")])
+          [check("b1", 1, 1, 0), check("b2", 0, 1, 0).because("too few steps"),
+           check("b3", 1.0, 1.0, 0.1, interval=(0.8, 1.05), n=8).unresolved_because("8 seeds are too few")])
     fakes("c-scansnap", "attnlab.theory.scansnap.experiments")
     fakes("d-rope-slow", "attnlab.rope.exp_fake", demo=False)
     fakes("e-text", "attnlab.train.exp_fake", missing="needs a corpus: --set train=PATH")
 
 
 def _demo(capsys, *argv):
-    code = cli.main(["demo", *map(str, argv)])
+    """The demo one experiment after the other (--jobs 1): the fakes live in this process's registry only."""
+    code = cli.main(["demo", "--jobs", "1", *map(str, argv)])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -82,10 +84,14 @@ def test_the_page_follows_the_talk(fakes, tmp_path, capsys):
     rows = page.table("summary").body()
     assert [(r.cells[0], r.cells[1]) for r in rows] == [
         ("c-scansnap", "Scan&Snap"), ("b-joma", "JoMA"), ("a-kv", "KV-cache policies")]
-    assert [r.cells[2:6] for r in rows] == [["1", "0", "0", "0"], ["1", "1", "0", "0"], ["1", "0", "0", "0"]]
+    assert [r.cells[2:7] for r in rows] == [["1", "0", "0", "0", "0"], ["1", "1", "1", "0", "0"],
+                                            ["1", "0", "0", "0", "0"]]
     assert [t for h, t in page.headings if h == "h2"] == ["Scan&Snap", "JoMA", "KV-cache policies"]
     (failed,) = [r for t in page.tables[1:] for r in t.body() if r.cls == "fails"]
     assert failed.cells[:2] == ["✗", "b2why it fails: too few steps"]
+    (unresolved,) = [r for t in page.tables[1:] for r in t.body() if r.cls == "unresolved"]
+    assert unresolved.cells[:3] == ["unresolved", "b3why unresolved: 8 seeds are too few", "1 [0.8, 1.05], n=8"]
+    assert "| [b-joma](b-joma/report.md) | JoMA | 1 | 1 | 1 | 0 | 0 |" in (tmp_path / "d" / "report.md").read_text()
     assert page.items == ["e-text (real text): needs a corpus: --set train=PATH"]
     assert not (tmp_path / "d" / "e-text").exists()
     assert "- e-text: skipped (needs a corpus: --set train=PATH)" in (tmp_path / "d" / "report.md").read_text()
@@ -100,6 +106,8 @@ def test_the_page_follows_the_talk(fakes, tmp_path, capsys):
     ([check("ok", 1, 1, 0), check("bad", 0, 1, 0)], 1, "attnlab demo: 1/2 claims hold, 1 fail in "),
     (erratum(check("as printed", 0, 1, 0), check("corrected", 1, 1, 0)) + [finding("seen", 0.5)], 0,
      "attnlab demo: 1/1 claims hold, 1 erratum, 1 finding in "),
+    ([check("ok", 1, 1, 0), check("open", 1.0, 1.0, 0.1, interval=(0.8, 1.05), n=8)], 0,
+     "attnlab demo: 1/2 claims hold, 1 unresolved in "),
 ])
 def test_strict_fails_only_on_failing_claims(fakes, tmp_path, capsys, claims, strict_code, line):
     fakes("x", "attnlab.kv.exp_fake", claims)
@@ -160,3 +168,31 @@ def test_offline_demo_skips_what_needs_a_download_with_one_line_each(fakes, tmp_
     report = (tmp_path / "d" / "report.md").read_text()
     assert "- f-model: skipped (model smollm2 is not in the cache and downloads are off" in report
     assert (tmp_path / "d" / "c-scansnap" / "metrics.json").is_file() and not (tmp_path / "d" / "f-model").exists()
+
+
+@pytest.mark.slow
+def test_two_at_a_time_gives_the_same_claims_in_the_talks_order(tmp_path, capsys, monkeypatch):
+    """--jobs 2 runs real experiments in worker processes of one thread each: the same claims and verdicts as
+    one after the other, reported in the talk's order whatever order they finish in."""
+    from attnlab.experiments import demo
+
+    monkeypatch.setattr(demo, "DEMO_EXPERIMENTS", ("scansnap-fig4", "joma-linear", "joma-nonlinear"))
+    claims = {}
+    for jobs in (1, 2):
+        assert cli.main(["demo", "--jobs", str(jobs), "--out", str(tmp_path / f"j{jobs}")]) == 0
+        claims[jobs] = {n: json.loads((tmp_path / f"j{jobs}" / n / "metrics.json").read_text())["claims"]
+                        for n in demo.DEMO_EXPERIMENTS}
+    for n in demo.DEMO_EXPERIMENTS:
+        assert [(c["claim"], c["status"]) for c in claims[1][n]] == [(c["claim"], c["status"]) for c in claims[2][n]]
+        for a, b in zip(claims[1][n], claims[2][n]):  # one thread may round differently from two, no more
+            assert a["measured"] == pytest.approx(b["measured"], rel=1e-6, abs=1e-9)
+    report = (tmp_path / "j2" / "report.md").read_text()
+    assert [report.index(f"[{n}]") for n in demo.DEMO_EXPERIMENTS] == sorted(report.index(f"[{n}]")
+                                                                          for n in demo.DEMO_EXPERIMENTS)
+    err = capsys.readouterr().err
+    assert "--jobs" not in err and "scansnap-fig4 done" in err
+
+
+def test_jobs_below_one_is_one_line_and_exit_2(tmp_path, capsys):
+    code, out, err = _demo(capsys, "--jobs", "0", "--out", tmp_path / "d")  # _demo's --jobs 1 is overridden
+    assert code == 2 and "--jobs 0" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "d").exists()

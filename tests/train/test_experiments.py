@@ -63,7 +63,7 @@ def test_demo_skips_a_real_text_experiment_without_its_corpus(tmp_path, capsys, 
     from attnlab.experiments import demo
 
     monkeypatch.setattr(demo, "DEMO_EXPERIMENTS", ("scansnap-fig7",))
-    assert cli.main(["demo", "--out", "demo"]) == 0
+    assert cli.main(["demo", "--jobs", "1", "--out", "demo"]) == 0
     report = (tmp_path / "demo" / "report.md").read_text()
     assert "scansnap-fig7: skipped" in report and "--set train=PATH" in report
     assert not (tmp_path / "demo" / "scansnap-fig7").exists()
