@@ -1,10 +1,10 @@
 """Every measured number in README.md, docs/*.md and benchmarks/README.md is rendered from a committed result
-file (attnlab.core.render): each document equals its template's rendering, and no template types a measured
+file (attnlab.experiments.render): each document equals its template's rendering, and no template types a measured
 number by hand.
 
 After editing a template under docs/templates/ (or rerunning a result it reads), write the documents again:
 
-    python -m attnlab.core.render
+    python -m attnlab.experiments.render
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.core.render import PLACEHOLDER, documents, expand_includes, render_text
-from attnlab.core.render_bind import NUMBER, SKIP
+from attnlab.experiments.render import PLACEHOLDER, documents, expand_includes, render_text
+from attnlab.experiments.render_bind import NUMBER, SKIP
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -36,7 +36,7 @@ def test_each_document_is_its_templates_rendering(template, doc):
         pytest.fail(f"{doc.relative_to(ROOT)}:{line + 1} differs from its rendering "
                     f"(document: {got[line] if line < len(got) else '<end>'!r}; rendered: "
                     f"{want[line] if line < len(want) else '<end>'!r}). Edit {template.relative_to(ROOT)}, "
-                    "then run `python -m attnlab.core.render`")
+                    "then run `python -m attnlab.experiments.render`")
 
 
 def hand_typed(text: str) -> list[str]:

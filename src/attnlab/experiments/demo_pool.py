@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 
-from attnlab.core.errors import MissingResource, UsageError
+from attnlab.core.errors import MissingResource
 from attnlab.experiments import registry, runner
 from attnlab.experiments.report import DemoRun, Skipped
 
@@ -44,35 +44,22 @@ def _job(name: str, stage: Path, device: str, quick: bool, threads: int) -> Demo
     return run_one(exp, stage, device, quick, progress=False)
 
 
-def cores_needed(exp: registry.Experiment, quick: bool) -> int:
-    """2 (every core, run alone) for an experiment that starts worker processes of its own, else 1."""
+def cores_needed(exp: registry.Experiment, quick: bool, first_model: bool) -> int:
+    """2 (every core, run alone) for an experiment that starts worker processes of its own, and for the first
+    that reads a model (it may fetch it on first use: two runs must not both fetch it); else 1."""
     cfg = runner.resolve_config(exp, {}, None, quick=quick)
-    return 2 if int(getattr(cfg, "workers", 1) or 1) > 1 else 1
+    return 2 if int(getattr(cfg, "workers", 1) or 1) > 1 or first_model else 1
 
 
-def fetch_models_first(exps: list[registry.Experiment], quick: bool) -> None:
-    """Fetch a known model the runs need before they start, once (two runs must not both fetch it); where it
-    cannot be fetched, downloads are turned off so each run that needs it is skipped at once."""
-    from attnlab.core.cache import go_offline, offline
-    from attnlab.models.pretrained import KNOWN, model_path, resolve_model
-
-    for exp in exps:
-        name = getattr(runner.resolve_config(exp, {}, None, quick=quick), "model", None)
-        if offline() or not isinstance(name, str) or name not in KNOWN or model_path(name).is_dir():
-            continue
-        try:
-            resolve_model(name)
-        except (UsageError, MissingResource, OSError) as e:
-            print(f"[demo] {name} could not be fetched ({e}); the runs that need it are skipped",
-                  file=sys.stderr, flush=True)
-            go_offline()
+def _reads_a_model(exp: registry.Experiment, quick: bool) -> bool:
+    return isinstance(getattr(runner.resolve_config(exp, {}, None, quick=quick), "model", None), str)
 
 
 def run_side_by_side(exps: list[registry.Experiment], stage: Path, device: str, quick: bool,
                      cores: int = 2) -> list[DemoRun | Skipped]:
     """Every experiment of ``exps`` into ``stage``, ``cores`` one-thread runs at a time (see the module)."""
-    fetch_models_first(exps, quick)
-    need = {e.name: min(cores, cores_needed(e, quick)) for e in exps}
+    first = next((e.name for e in exps if _reads_a_model(e, quick)), None)
+    need = {e.name: min(cores, cores_needed(e, quick, e.name == first)) for e in exps}
     pending, running, done = list(exps), {}, {}
     t0 = time.perf_counter()
     with ProcessPoolExecutor(cores, mp_context=get_context("spawn")) as pool:

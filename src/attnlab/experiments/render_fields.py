@@ -1,4 +1,4 @@
-"""Fields of a committed result file, as the docs renderer (attnlab.core.render) reads them: JSON paths with
+"""Fields of a committed result file, as the docs renderer (attnlab.experiments.render) reads them: JSON paths with
 selectors, Markdown results' tables and text, and the command that wrote a file."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The docs renderer (attnlab.core.render): fields, filters, expressions, refusals, and the check."""
+"""The docs renderer (attnlab.experiments.render): fields, filters, expressions, refusals, and the check."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from attnlab.core import render
-from attnlab.core.render import RenderError, render_all, render_text
+from attnlab.experiments import render
+from attnlab.experiments.render import RenderError, render_all, render_text
 
 METRICS = {
     "command": "attnlab reproduce x --set steps=3 --out runs/x",
@@ -119,7 +119,7 @@ def test_no_templates_folder_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_binder_binds_a_number_to_the_one_field_that_prints_as_it(root):
-    from attnlab.core.render_bind import candidates, scan
+    from attnlab.experiments.render_bind import candidates, scan
     text = USE + "zeros 91.31%, speed 2.50x, ppl 4.809 and 0.5\n"
     found = {m.group(0): c for m, c in scan(text, root)}
     assert [p for _, p in found["91.31%"]] == ["zero"]

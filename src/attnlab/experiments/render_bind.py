@@ -1,7 +1,7 @@
 """Find, for each hand-typed number in a docs template, the fields of its result files that print as it.
 
-    python -m attnlab.core.render_bind docs/templates/docs/kv.md            # list numbers and candidates
-    python -m attnlab.core.render_bind docs/templates/docs/kv.md --write    # bind the unambiguous ones
+    python -m attnlab.experiments.render_bind docs/templates/docs/kv.md            # list numbers and candidates
+    python -m attnlab.experiments.render_bind docs/templates/docs/kv.md --write    # bind the unambiguous ones
 
 A number is looked up in the files the template names (``<!-- use ALIAS = PATH -->``) and those cited by the
 ``<!-- results: ... -->`` marker above its table (given aliases of their own). It is bound -- replaced by a
@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from attnlab.core.render import USE
+from attnlab.experiments.render import USE
 
 RESULTS = re.compile(r"<!--\s*results:\s*(.*?)\s*-->")
 # a printed number: sign, digits with optional thousands commas, decimals, then % / × / MiB / GiB
@@ -153,7 +153,7 @@ def scan(text: str, root: Path):
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m attnlab.core.render_bind", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m attnlab.experiments.render_bind", description=__doc__.split("\n\n")[0])
     p.add_argument("template", type=Path)
     p.add_argument("--root", type=Path, default=Path("."))
     p.add_argument("--write", action="store_true", help="bind the unambiguous numbers in the template")

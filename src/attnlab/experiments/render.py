@@ -31,7 +31,7 @@ is the document with its numbers as placeholders:
 - ``{{ "1.53" }}`` writes a literal: a number that no run of ours measures (a paper's published figure, a
   setting), said so where it stands.
 
-``python -m attnlab.core.render`` writes every document; ``--check`` writes nothing and exits 1 on any
+``python -m attnlab.experiments.render`` writes every document; ``--check`` writes nothing and exits 1 on any
 document that differs from its rendering (the test suite runs it).
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from pathlib import Path
 
 from attnlab.core.errors import UsageError
 from attnlab.core.io import write_atomic
-from attnlab.core.render_fields import Sources, cell_value
+from attnlab.experiments.render_fields import Sources, cell_value
 
 TEMPLATES = Path("docs/templates")
 INCLUDE = re.compile(r"^<!--\s*include\s+(\S+)\s*-->\n", re.M)
@@ -243,7 +243,7 @@ def render_all(root: Path, write: bool, only: list[Path] | None = None) -> list[
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m attnlab.core.render", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m attnlab.experiments.render", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", type=Path, default=Path("."), help="the repository's root (default: here)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a document differs")
