@@ -18,7 +18,7 @@ from attnlab.core.errors import ConfigError
 from attnlab.core.machine import machine
 from attnlab.core.registry import Registry
 from attnlab.experiments import registry
-from attnlab.experiments.claims import check, erratum, finding
+from attnlab.experiments.claims import STATUSES, check, erratum, finding
 
 EXPERIMENTS = ("scansnap-fig4", "scansnap-fig6", "scansnap-theorems", "joma-invariants", "joma-linear",
                "joma-nonlinear", "joma-cooccurrence", "joma-hierarchy")
@@ -218,7 +218,7 @@ def test_fig4_writes_the_contract(fig4_run):
         assert check(c["claim"], c["measured"], c["expected"], c["tolerance"], c["test"]).holds == c["holds"]
     assert metrics["all_hold"] == (metrics["claim_counts"]["fails"] == 0)
     assert metrics["claim_counts"] == {s: sum(c["status"] == s for c in metrics["claims"])
-                                       for s in ("holds", "fails", "erratum", "finding")}
+                                       for s in STATUSES}
     assert metrics["steps_shown"][-1] == 12
     # the machine it ran on: a run is bit-reproducible only on the same CPU kernels
     assert metrics["machine"] == machine() and f"torch {torch.__version__}" in metrics["machine"]
@@ -528,5 +528,24 @@ def test_all_hold_means_no_claim_fails(tmp_path, capsys, monkeypatch, fails):
     with_run(monkeypatch, "scansnap-fig4", claims_run)
     assert run(["reproduce", "scansnap-fig4", "--out", tmp_path / "r"], capsys)[0] == 0
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())
-    assert m["claim_counts"] == {"holds": 2 - fails, "fails": int(fails), "erratum": 1, "finding": 1}
+    assert m["claim_counts"] == {"holds": 2 - fails, "fails": int(fails), "unresolved": 0, "erratum": 1, "finding": 1}
     assert m["all_hold"] is (not fails)
+
+
+def test_an_unresolved_claim_is_counted_apart_in_every_output(tmp_path, capsys, monkeypatch):
+    """The printed line, metrics.json (its interval, n and method) and report.md: unresolved is neither a
+    hold nor a failure (all_hold: no claim fails)."""
+    def claims_run(cfg, ctx):
+        return registry.Result([check("sure", 1.0, 1.0), check("open", 1.0, 1.0, 0.1, "abs", interval=(0.8, 1.05),
+                                                                  n=30, method="paired bootstrap, 95%")], {})
+
+    with_run(monkeypatch, "scansnap-fig4", claims_run)
+    code, out, _ = run(["reproduce", "scansnap-fig4", "--out", tmp_path / "r"], capsys)
+    assert code == 0 and out.startswith("scansnap-fig4: 1/2 claims hold, 1 unresolved; report: ")
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert m["claim_counts"] == {"holds": 1, "fails": 0, "unresolved": 1, "erratum": 0, "finding": 0}
+    sure, open_ = m["claims"]
+    assert not {"interval", "n", "method"} & set(sure)
+    assert (open_["status"], open_["holds"], open_["interval"], open_["n"]) == ("unresolved", None, [0.8, 1.05], 30)
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "| unresolved | open | 1 [0.8, 1.05], n=30 |" in report and "interval: paired bootstrap, 95%" in report

@@ -89,3 +89,74 @@ def test_bad_settings_exit_2_with_one_line(tmp_path, capsys, sets, message):
     assert main(["reproduce", "h2o-xsum", "--quick", "--out", str(tmp_path / "r"), *sets]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def _runs(**rouge1):
+    """Per-article rows of each cache (ROUGE-1 as given; the other scores unused by the claims), no cafe."""
+    return {name: [{"index": i, "rouge1": r, "rouge2": 0.0, "rougeL": r, "repeated": 0.0} for i, r in enumerate(rs)]
+            for name, rs in rouge1.items()}
+
+
+def _claims(runs, **cfg):
+    import numpy as np
+
+    from attnlab.recall.exp_xsum import XSumConfig, _claims
+
+    mean = {n: {k: float(np.mean([r[k] for r in rows])) for k in ("rouge1", "rouge2", "rougeL", "repeated")}
+            for n, rows in runs.items()}
+    return _claims(XSumConfig(**cfg), mean, {}, runs)
+
+
+FULL = [0.05, 0.4, 0.1, 0.3, 0.2, 0.02, 0.35, 0.15]  # articles differ widely in how well they summarise
+
+
+def test_the_rouge_claims_carry_a_paired_interval_over_articles():
+    """h2o at 0.9 x full on every article: the ratio is 0.9 in every resample of the articles -- a point,
+    however much the articles differ (unpaired, their spread would widen it)."""
+    keeps, loses, *found = _claims(_runs(full=FULL, local=[0.5 * x for x in FULL], **{"h2o 10+10": [0.9 * x
+                                                                                               for x in FULL]}))
+    assert keeps.measured == pytest.approx(0.9) and keeps.interval == pytest.approx((0.9, 0.9))
+    assert keeps.status == "holds" and keeps.n == 8 and "over articles" in keeps.method
+    assert loses.measured == pytest.approx(0.5 / 0.9) and loses.status == "holds" and loses.n == 8
+    assert [c.status for c in found] == ["finding"] * 3
+
+
+def test_a_rouge_claim_the_articles_leave_open_is_unresolved():
+    """h2o beats full on some articles and loses on others, 0.74 x full on the mean: the interval straddles 0.8."""
+    h2o = [x * f for x, f in zip(FULL, (1.6, 0.4, 1.5, 0.5, 1.2, 0.3, 0.6, 1.1))]
+    keeps, *_ = _claims(_runs(full=FULL, local=FULL, **{"h2o 10+10": h2o}))
+    lo, hi = keeps.interval
+    assert lo < 0.8 <= hi and keeps.status == "unresolved" and keeps.holds is None
+
+
+def test_a_full_cache_scoring_nothing_fails_without_an_interval():
+    keeps, loses, *_ = _claims(_runs(full=[0.0] * 4, local=[0.1] * 4, **{"h2o 10+10": [0.0] * 4}))
+    assert keeps.status == loses.status == "fails" and keeps.interval is None and loses.interval is None
+
+
+def test_the_quick_mode_s_claims_are_findings():
+    claims = _claims(_runs(full=FULL, local=FULL, **{"h2o 10+10": FULL}), checked=False)
+    assert {c.status for c in claims} == {"finding"} and all(c.interval is None for c in claims)
+
+
+@pytest.mark.slow
+def test_checked_claims_on_a_tiny_model(tmp_path):
+    """End to end, claims checked: per-article ROUGE kept for every cache; a ratio claim either carries its
+    interval over the articles (and its status follows from it) or, where the full cache scores no ROUGE at all
+    (this random tiny model's summaries are empty), is NaN and fails without one; the cafe claim has none."""
+    from attnlab.experiments.claims import check
+
+    model, data, out = save_hf(tmp_path / "m"), _xsum(tmp_path / "x.jsonl"), tmp_path / "run"
+    assert main(["reproduce", "h2o-xsum", "--quick", "--out", str(out), "--set", f"model={model}",
+                 "--set", f"data={data}", "--set", "articles=4", "--set", "checked=true"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    keeps, loses, cafe = [c for c in m["claims"] if c["status"] != "finding"]
+    assert "interval" not in cafe and "one prompt" in cafe["note"]
+    for c in (keeps, loses):
+        if c["measured"] is None:  # a cache scoring no ROUGE at all on these articles: NaN, no interval, fails
+            assert c["status"] == "fails" and "interval" not in c
+            continue
+        assert c["n"] == 4 and c["interval"][0] <= c["interval"][1]
+        again = check(c["claim"], c["measured"], c["expected"], c["tolerance"], c["test"], c["interval"], c["n"])
+        assert again.status == c["status"]
+    assert all(len(rows) == 5 and all("rouge1" in r for r in rows[:4]) for rows in m["runs"].values())

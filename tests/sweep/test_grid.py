@@ -107,6 +107,21 @@ def test_claims_are_tabulated_by_wording_not_by_position():
     assert text.endswith("1. entropy falls at #/2\n2. sparse\n3. dips at 2\n")
 
 
+def test_an_unresolved_claim_counts_as_checked_not_held():
+    """'claims hold' is held/checked as describe() counts it: an unresolved claim is checked, neither held nor
+    failed, and its cell says so."""
+    g = grid("scansnap-fig6", ["num_last=1,3"])
+
+    def done(num_last, statuses):
+        counts = {s: statuses.count(s) for s in ("holds", "fails", "unresolved", "erratum", "finding")}
+        return {"cell": f"num_last={num_last}", "axes": {"num_last": str(num_last)}, "status": "done", "metrics": {},
+                "claim_counts": counts, "claims": [{"claim": f"claim {'abc'[i]}", "measured": 0.5,
+                                                   "status": s} for i, s in enumerate(statuses)]}
+    text = markdown(g, [done(1, ["holds", "unresolved"]), done(3, ["holds", "fails", "unresolved"])], [])
+    assert "| 1 | done | 1/2 | 0.5 (holds) | 0.5 (unresolved) |  |" in text
+    assert "| 3 | done | 1/3 | 0.5 (holds) | 0.5 (fails) | 0.5 (unresolved) |" in text
+
+
 def _examples(text: str) -> list[list[str]]:
     """The `attnlab sweep ...` command lines of a text, continuation lines joined, comments dropped."""
     import shlex

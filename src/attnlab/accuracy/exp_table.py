@@ -5,13 +5,15 @@ through it so that it evicts; each contextual-sparsity rule (Deja Vu's predictor
 static set) at one keep. Columns: the tasks, with standard errors, and their average. The claims, fixed
 from the seeds before the first run, compare a row's average with dense's over the tasks where dense is
 above chance by more than two standard errors (at 135M, COPA and Winogrande may not be: the table says
-which were left out).
+which were left out). Both rows answer the same items, so each comparison carries a paired bootstrap
+interval over them (``accuracy/paired.py``), which decides it: a claim whose interval straddles its bound is
+unresolved, its note saying about how many items would settle it.
 """
 from __future__ import annotations
 
 from attnlab.accuracy.configs import AccuracyTable, EvalRun
 from attnlab.core.errors import UsageError
-from attnlab.experiments.claims import check, finding
+from attnlab.experiments.claims import finding
 from attnlab.experiments.registry import Result, register
 
 TALK_ORDER = 1
@@ -22,7 +24,9 @@ def _average(result: dict, tasks: list[str]) -> float:
 
 
 def claims(table: dict[str, dict], dense: str, cfg: AccuracyTable) -> list:
-    """The seeds' claims on the rows measured (a row that could not run is a finding saying why)."""
+    """The seeds' claims on the rows measured (a row that could not run is a finding saying why); each comparison
+    with its paired interval over the compared tasks' items (``paired``), which decides it."""
+    from attnlab.accuracy.paired import paired, paired_check
     from attnlab.accuracy.run import above_chance
 
     compared = [t for t in cfg.tasks if above_chance(table[dense]["tasks"][t])]
@@ -36,22 +40,26 @@ def claims(table: dict[str, dict], dense: str, cfg: AccuracyTable) -> list:
     def drop(row: str) -> float:
         return base - _average(table[row], compared)
 
+    def pair(a: str, b: str):  # no task compared: no items, no interval (the claim's NaN fails)
+        return paired(table, a, b, compared, cfg.seed) if compared else None
+
     out = [finding(f"dense average accuracy {note}", base)]
     h2o20 = next((r for r in ran if r.startswith("h2o 20%")), None)
     if h2o20:
-        out.append(check(f"H2O at 20% of the context within 1 point of dense on average (H2O's table): dense - "
-                         f"{h2o20} {note}", drop(h2o20), 0.01, 1e-9, "at_most"))
+        out.append(paired_check(f"H2O at 20% of the context within 1 point of dense on average (H2O's table): dense - "
+                                f"{h2o20} {note}", drop(h2o20), 0.01, 1e-9, "at_most", pair(dense, h2o20)))
     keep = f"keep {cfg.keep:g}"
     for rule, seed in (("oracle", "the oracle's sets, whose PPL rises <= 2% at this keep (contextual-sparsity)"),
                        ("predicted", "Deja Vu's predictors (lookahead)")):
         row = f"{rule} {keep}"
         if row in ran:
-            out.append(check(f"{seed} at {keep} within 1 point of dense on average (Deja Vu's table): dense - "
-                             f"{row} {note}", drop(row), 0.01, 1e-9, "at_most"))
-    if {f"static {keep}", f"oracle {keep}"} <= ran:
-        out.append(check(f"a static set is clearly worse than contextual sparsity: static's drop minus the oracle's at "
-                         f"{keep}, in points {note}", drop(f"static {keep}") - drop(f"oracle {keep}"), 0.02, 0,
-                         "at_least"))
+            out.append(paired_check(f"{seed} at {keep} within 1 point of dense on average (Deja Vu's table): dense - "
+                                    f"{row} {note}", drop(row), 0.01, 1e-9, "at_most", pair(dense, row)))
+    static, oracle = f"static {keep}", f"oracle {keep}"
+    if {static, oracle} <= ran:  # static's drop minus the oracle's = avg(oracle) - avg(static)
+        out.append(paired_check(f"a static set is clearly worse than contextual sparsity: static's drop minus the "
+                                f"oracle's at {keep}, in points {note}", drop(static) - drop(oracle), 0.02, 0,
+                                "at_least", pair(oracle, static)))
     for row, result in table.items():
         out.append(finding(f"{row}: average accuracy {note}", _average(result, compared)) if "tasks" in result
                    else finding(f"{row}: not run ({result['skipped']})", float("nan")))

@@ -87,8 +87,8 @@ def sparsity_rule(cfg: EvalRun, model, tok, device: str, progress):
 
 def evaluate(cfg: EvalRun, model, tok, device: str = "cpu", progress=None) -> dict:
     """Per task: items, acc (and acc_norm / perplexity where lm-eval gives them) with standard errors, chance,
-    the share of context tokens the policy evicted, seconds and items/s; and the unweighted average accuracy.
-    Each task is one ``simple_evaluate`` call, so its wall time is its own."""
+    the share of context tokens the policy evicted, seconds and items/s, each item's correctness (``correct``);
+    and the unweighted average accuracy. Each task is one ``simple_evaluate`` call, so its wall time is its own."""
     folder, tasks, options = checked_tasks(cfg)
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the task files are local: never ask the hub
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
@@ -114,17 +114,24 @@ def _one_task(cfg: EvalRun, task: Task, folder: Path, options: list[int], model,
         out = evaluator.simple_evaluate(model=lm, tasks=[task_config(task, folder, cfg.shots)],
                                         task_manager=TaskManager(include_defaults=False), limit=cfg.limit,
                                         bootstrap_iters=1000, random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
-                                        log_samples=False, verbosity="ERROR")
+                                        log_samples=True, verbosity="ERROR")
     seconds = time.perf_counter() - t0
     r = out["results"][f"attnlab_{task.name}"]
     row = {"items": len(options), "chance": chance(options), "evicted": _mean(lm.evicted.get(f"attnlab_{task.name}")),
-           "seconds": seconds, "items_per_s": len(options) / seconds}
+           "seconds": seconds, "items_per_s": len(options) / seconds,
+           "correct": correct_items(out["samples"][f"attnlab_{task.name}"])}
     for metric in ("acc", "acc_norm", "perplexity"):
         if f"{metric},none" in r:
             row[metric] = r[f"{metric},none"]
             stderr = r.get(f"{metric}_stderr,none")
             row[f"{metric}_stderr"] = stderr if isinstance(stderr, (int, float)) else None
     return row
+
+
+def correct_items(samples: list[dict]) -> str:
+    """Each item's correctness in the file's order, one digit an item ("1": right): what paired comparisons
+    between rows resample (lm-eval's per-document ``acc``). A string, so metrics.json keeps it on one line."""
+    return "".join(str(int(s["acc"])) for s in sorted(samples, key=lambda s: s["doc_id"]))
 
 
 @contextlib.contextmanager

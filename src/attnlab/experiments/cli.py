@@ -18,7 +18,8 @@ EPILOG = """examples:
   attnlab reproduce streaming-ppl --out runs/stream --quick
 
 Every run folder holds config.json (the fully resolved config), metrics.json (each claim:
-measured, expected, tolerance, status), PNG figures and report.md."""
+measured, expected, tolerance, status: holds, fails, unresolved, erratum or finding; a claim
+with an interval carries it and its n), PNG figures and report.md."""
 
 
 def add_commands(sub) -> None:
@@ -34,7 +35,8 @@ def add_commands(sub) -> None:
         "reproduce",
         help="run one experiment (a paper figure or theorem check) into a folder",
         description="Run one registered experiment. Writes DIR/config.json, DIR/metrics.json "
-        "(claims: measured, expected, tolerance, status), PNG figures and DIR/report.md. A previous "
+        "(claims: measured, expected, tolerance, status, and an interval with its n where a claim has one: "
+        "it decides holds, fails or unresolved), PNG figures and DIR/report.md. A previous "
         "run in DIR is replaced only once the new one has completed.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
-from attnlab.experiments.claims import describe, tally
+from attnlab.experiments.claims import STATUSES, describe, tally
 
 if TYPE_CHECKING:
     from attnlab.experiments.registry import Experiment, Result
 
-MARK = {"holds": "✓", "fails": "✗", "erratum": "erratum", "finding": "finding"}  # the status column
+MARK = {"holds": "✓", "fails": "✗", "unresolved": "unresolved", "erratum": "erratum", "finding": "finding"}  # status
+COUNTED = STATUSES  # the summary tables' count columns, in order, and their heads
+HEADS = tuple({"holds": "hold", "fails": "fail", "erratum": "errata", "finding": "findings"}.get(s, s) for s in COUNTED)
 NONE = "—"  # a finding has no expected value, tolerance or test
 
 
@@ -46,13 +48,27 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def _measured(c) -> str:
+    """The measured value, and its interval and n where the claim carries them: '0.0175 [-0.01, 0.045], n=400'."""
+    if c.interval is None:
+        return _fmt(c.measured)
+    lo, hi = c.interval
+    return f"{_fmt(c.measured)} [{_fmt(lo)}, {_fmt(hi)}], n={c.n}"
+
+
+WHY = {"fails": "why it fails", "unresolved": "why unresolved"}
+
+
 def _asides(c) -> list[tuple[str, str]]:
-    """What a reader needs beside a claim: (label, text) for an erratum's correction and any note."""
+    """What a reader needs beside a claim: (label, text) for an erratum's correction, any note, and how its
+    interval was obtained."""
     out = []
     if c.corrected:
         out.append(("corrected", c.corrected))
     if c.note:
-        out.append(("why it fails" if c.status == "fails" else "note", c.note))
+        out.append((WHY.get(c.status, "note"), c.note))
+    if c.method:
+        out.append(("interval", c.method))
     return out
 
 
@@ -68,7 +84,7 @@ def claims_markdown(claims) -> str:
     head = ["", "claim", "measured", "expected", "tolerance", "test"] + (["note"] if noted else [])
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in claims:
-        cells = [MARK[c.status], c.claim, _fmt(c.measured), _fmt(c.expected), _fmt(c.tolerance), _fmt(c.test)]
+        cells = [MARK[c.status], c.claim, _measured(c), _fmt(c.expected), _fmt(c.tolerance), _fmt(c.test)]
         if noted:
             cells.append("; ".join(f"{label}: {text}" for label, text in _asides(c)))
         rows.append("| " + " | ".join(_cell(x) for x in cells) + " |")
@@ -111,12 +127,12 @@ def demo_report_md(runs: list[DemoRun], skipped: list[Skipped], seconds: float, 
     parts = ["# attnlab demo", "",
              f"{describe(tally(_all_claims(runs)))}: {len(runs)} experiments in {seconds:.0f} s ({settings}). "
              "Open `index.html` for every figure and claim on one page.", "",
-             "| experiment | part of the talk | hold | fail | errata | findings | wall time |",
-             "|---|---|---|---|---|---|---|"]
+             "| experiment | part of the talk | " + " | ".join(HEADS) + " | wall time |",
+             "|---|---|" + "---|" * len(HEADS) + "---|"]
     for r in runs:
         n = tally(r.result.claims)
-        parts.append(f"| [{r.name}]({r.folder}/report.md) | {_cell(r.part)} | {n['holds']} | {n['fails']} "
-                     f"| {n['erratum']} | {n['finding']} | {r.seconds:.1f} s |")
+        parts.append(f"| [{r.name}]({r.folder}/report.md) | {_cell(r.part)} | "
+                     + " | ".join(str(n[k]) for k in COUNTED) + f" | {r.seconds:.1f} s |")
     parts.append("")
     if skipped:
         parts += ["Not run here:", ""] + [f"- {s.name}: skipped ({s.reason})" for s in skipped] + [""]
@@ -132,7 +148,8 @@ def demo_report_md(runs: list[DemoRun], skipped: list[Skipped], seconds: float, 
 # --------------------------------------------------------------------------- html
 CSS = """
 :root{--fg:#1f2328;--muted:#59636e;--line:#d8dee4;--head:#f6f8fa;--link:#0b5cad;
---ok:#1a7f37;--bad:#c62828;--bad-bg:#fdeeee;--warn:#8a5300;--warn-bg:#fff5e0;--info:#3d5a80;--info-bg:#eaf0f7}
+--ok:#1a7f37;--bad:#c62828;--bad-bg:#fdeeee;--warn:#8a5300;--warn-bg:#fff5e0;--info:#3d5a80;--info-bg:#eaf0f7;
+--open:#6a3d9a;--open-bg:#f4eefb}
 *{box-sizing:border-box}
 body{margin:0;color:var(--fg);background:#fff;font:16px/1.55 system-ui,-apple-system,"Segoe UI",Roboto,
 "Helvetica Neue",Arial,sans-serif}
@@ -161,10 +178,14 @@ td.fails-count{color:var(--bad);font-weight:700}
 .badge{display:inline-block;padding:.05em .5em;border-radius:1em;font-size:.78rem;font-weight:600}
 .badge.erratum{background:var(--warn-bg);color:var(--warn);border:1px solid #f0c36d}
 .badge.finding{background:var(--info-bg);color:var(--info);border:1px solid #b6c8dd}
+.badge.unresolved{background:var(--open-bg);color:var(--open);border:1px solid #c9b3e6}
 tr.fails>td{background:var(--bad-bg)}
 tr.erratum>td{background:var(--warn-bg)}
+tr.unresolved>td{background:var(--open-bg)}
+td.unresolved-count{color:var(--open);font-weight:700}
 .aside{margin-top:.35rem;font-size:.9rem;padding-left:.6rem;border-left:3px solid var(--line)}
 tr.fails .aside{border-left-color:var(--bad)}tr.erratum .aside{border-left-color:#e0a030}
+tr.unresolved .aside{border-left-color:var(--open)}
 .aside b{font-weight:600}
 .run-summary{max-width:80ch}
 .figures{display:flex;flex-wrap:wrap;gap:1.2rem 2rem;align-items:flex-start;margin:1.2rem 0}
@@ -185,16 +206,16 @@ def _slug(text: str) -> str:
 
 def _count_cells(counts: dict[str, int]) -> str:
     cells = []
-    for key in ("holds", "fails", "erratum", "finding"):
-        cls = "num zero" if counts[key] == 0 else ("num fails-count" if key == "fails" else "num")
+    for key in COUNTED:
+        cls = "num zero" if counts[key] == 0 else (f"num {key}-count" if key in ("fails", "unresolved") else "num")
         cells.append(f"<td class='{cls}'>{counts[key]}</td>")
     return "".join(cells)
 
 
 def _summary_table(runs: list[DemoRun], seconds: float) -> str:
     out = ["<div class='scroll'><table class='summary'><thead><tr><th>experiment</th><th>part of the talk</th>"
-           "<th class='num'>hold</th><th class='num'>fail</th><th class='num'>errata</th><th class='num'>findings</th>"
-           "<th class='num'>wall time</th><th>report</th></tr></thead><tbody>"]
+           + "".join(f"<th class='num'>{h}</th>" for h in HEADS) + "<th class='num'>wall time</th><th>report</th>"
+           "</tr></thead><tbody>"]
     for r in runs:
         out.append(f"<tr><td class='name'><a href='#{_e(r.name)}'>{_e(r.name)}</a></td><td>{_e(r.part)}</td>"
                    f"{_count_cells(tally(r.result.claims))}<td class='num'>{r.seconds:.1f} s</td>"
@@ -212,7 +233,7 @@ def _claim_row(c) -> str:
     asides = "".join(f"<div class='aside'><b>{_e(label)}:</b> {_e(text)}</div>"
                      for label, text in _asides(c))
     return (f"<tr class='{c.status}'><td class='status'>{mark}</td><td class='claim'>{_e(c.claim)}{asides}</td>"
-            f"<td class='num'>{_e(_fmt(c.measured))}</td><td class='num'>{_e(_fmt(c.expected))}</td>"
+            f"<td class='num'>{_e(_measured(c))}</td><td class='num'>{_e(_fmt(c.expected))}</td>"
             f"<td class='num'>{_e(_fmt(c.tolerance))}</td><td>{_e(_fmt(c.test))}</td></tr>")
 
 
@@ -255,6 +276,8 @@ def demo_index_html(runs: list[DemoRun], skipped: list[Skipped], seconds: float,
            f"{seconds:.0f} s · {_e(settings)}</p>",
            "<p class='legend'>Status: <span class='ok'>holds</span> — the measurement meets the prediction; "
            "<span class='bad'>fails</span> — it does not (the reason is given beside it); "
+           "<span class='badge unresolved'>unresolved</span> — its interval (shown beside the measurement, over n "
+           "items or seeds) straddles the tolerance: the data support neither verdict; "
            "<span class='badge erratum'>erratum</span> — the source's statement as printed is wrong, its "
            "corrected claim follows; <span class='badge finding'>finding</span> — measured, with no prediction "
            "to meet. Each experiment's folder holds its config.json, metrics.json, report.md and figures.</p>",

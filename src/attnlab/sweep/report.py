@@ -100,7 +100,8 @@ def markdown(grid: Grid, table: list[dict], chosen: list[str]) -> str:
         cells = [r["axes"][k] for k in keys] + [r["status"]]
         if r["status"] == "done":
             c = r["claim_counts"] or {}
-            held = f"{c.get('holds', 0)}/{c.get('holds', 0) + c.get('fails', 0)}"
+            checked = c.get("holds", 0) + c.get("fails", 0) + c.get("unresolved", 0)  # as describe() counts them
+            held = f"{c.get('holds', 0)}/{checked}"
             claims = [_claim(r, key) for key, _ in columns]
             cells += [held] + ["" if x is None else f"{_fmt(x['measured'])} ({x['status']})" for x in claims]
             cells += [_fmt(r["metrics"][k]) for k in chosen]
