@@ -10,8 +10,6 @@ token before, the rest; and how even it is (entropy against an even spread over 
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from attnlab.data.sources import read_corpus
@@ -19,7 +17,7 @@ from attnlab.experiments.registry import get
 from attnlab.sinks import backcopy
 from attnlab.sinks.bb_train import train_bb
 
-from host import add_out, machine, recorded  # benchmarks/host.py
+from host import add_out, machine, parser, positive_int, recorded  # benchmarks/host.py
 
 
 @torch.no_grad()
@@ -40,12 +38,11 @@ def without_bos(attn: torch.Tensor, dormant: torch.Tensor) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=2000, help="training steps (the experiment's setup otherwise)")
+    ap = parser(__doc__)
+    ap.add_argument("--steps", type=positive_int, default=2000, help="training steps (the experiment's setup "
+                    "otherwise)")
     add_out(ap)
     args = ap.parse_args(argv)
-    if args.steps < 1:
-        ap.error(f"--steps {args.steps}: give 1 or more training steps")
     cfg = get("sink-backcopy").config_cls(steps=args.steps, track_every=args.steps)  # the experiment's setup
     task = backcopy.from_text("\n".join(read_corpus(cfg.text, "text")), cfg.k)
     with recorded(args.out, figures := {}):

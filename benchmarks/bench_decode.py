@@ -21,7 +21,6 @@ speed-up s is also given as the share of the available gain, (s - 1)/(c - 1).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import time
@@ -40,7 +39,7 @@ from attnlab.quant.transform import QuantizedWeights, projections
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.registry import RULES, RuleInputs
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, natural, parser, positive_int, recorded  # benchmarks/host.py
 
 MODEL = "smollm2"
 
@@ -124,15 +123,15 @@ def table(runs: list[Run], chains: dict, steps: int, warmup: int, title: str) ->
                   f"available gain; the weights' reads are {floor / t:.0%} of its step")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=24, help="timed decode steps per configuration")
-    ap.add_argument("--warmup", type=int, default=4, help="untimed steps first")
-    ap.add_argument("--prompt", type=int, default=256, help="prompt tokens (the short-context tables)")
-    ap.add_argument("--long", type=int, default=8192, help="prompt tokens of the eviction table (0: skip it)")
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--steps", type=positive_int, default=24, help="timed decode steps per configuration")
+    ap.add_argument("--warmup", type=natural, default=4, help="untimed steps first")
+    ap.add_argument("--prompt", type=positive_int, default=256, help="prompt tokens (the short-context tables)")
+    ap.add_argument("--long", type=natural, default=8192, help="prompt tokens of the eviction table (0: skip it)")
+    ap.add_argument("--batch", type=positive_int, nargs="+", default=[1, 8])
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     _, tok = load_model_and_tokenizer(MODEL)
     ids = text_ids(tok, "wikitext-2/test.txt", max(args.long, args.prompt * max(args.batch)))
     configs = [("fp32", lambda m, s, t: None), ("bf16", lambda m, s, t: m.to(torch.bfloat16)), ("int8", _int8),

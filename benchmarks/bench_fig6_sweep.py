@@ -19,7 +19,6 @@ distribution, not bitwise: different random streams).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -33,7 +32,7 @@ from attnlab.theory.scansnap.data import SeqClassConfig, SeqClassDistribution
 from attnlab.theory.scansnap.population import distinct_entropy
 from attnlab.theory.scansnap.train import SGDConfig, lr_grid, train_sweep
 
-from host import add_out, machine, recorded  # benchmarks/host.py
+from host import add_out, machine, number, parser, recorded  # benchmarks/host.py
 
 NUM_LAST = (1, 3, 5, 10)
 ETA_Z = (0.5, 1.0, 2.0, 3.0)
@@ -87,13 +86,12 @@ def naive_run(dist: SeqClassDistribution, eta_z: float, ratio: float, seed: int)
     return float(distinct_entropy(dist, Z.weight.detach().double()).mean())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--naive-runs", type=int, default=640, help="naive runs to time (even subset; default all 640)")
+def main(argv=None) -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--naive-runs", type=number(int, "[1, 640]"), default=640,
+                    help="naive runs to time (even subset; default all 640)")
     add_out(ap)
-    args = ap.parse_args()
-    if not 1 <= args.naive_runs <= 640:
-        ap.error(f"--naive-runs {args.naive_runs}: use a number from 1 to 640")
+    args = ap.parse_args(argv)
 
     with recorded(args.out, figures := {}):
         figures.update(run(args))

@@ -22,7 +22,7 @@ floor it could reach. Weights are random (the shapes decide the time).
 """
 from __future__ import annotations
 
-import argparse
+import os
 import statistics
 import time
 
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from attnlab.core import int8
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, need_tool, parser, positive_int, recorded  # benchmarks/host.py
 
 # SmolLM2-135M: d_model 576, d_ff 1536, 9 query heads and 3 KV heads of 64, 30 layers, vocabulary 49152
 D, FF, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
@@ -134,15 +134,20 @@ def table(name: str, weights: list[torch.Tensor], batch: int, rounds: int, with_
         print(f"| {k} | {t * 1e3:.2f} | {base / t:.2f}x | {nbytes / 1e6:.1f} | {floor * 1e3:.2f} | {floor / t:.0%} |")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds per table (medians)")
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="rows per GEMV")
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--rounds", type=positive_int, default=15, help="interleaved rounds per table (medians)")
+    ap.add_argument("--batch", type=positive_int, nargs="+", default=[1, 8], help="rows per GEMV")
     ap.add_argument("--no-torchao", action="store_true", help="leave torchao out (when it is not installed)")
     ap.add_argument("--compile", action="store_true", help="also torch.compile torchao's and the fp32 chain "
                     "(inductor needs a C++ compiler; compiling takes minutes here)")
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if not args.no_torchao:
+        need_tool(ap, "torchao", "pip install 'attnlab[bench]', or leave it out with --no-torchao", module=True)
+    if args.compile:  # inductor compiles C++ with $CXX, else g++
+        need_tool(ap, os.environ.get("CXX", "g++"), "--compile needs the C++ compiler torch.compile's inductor "
+                  "calls; install it, or leave out --compile")
     torch.manual_seed(0)
     layers = [torch.randn(o, i) / i ** 0.5 for _ in range(LAYERS) for o, i in LAYER_SHAPES]
     head = [torch.randn(VOCAB, D) / D ** 0.5]

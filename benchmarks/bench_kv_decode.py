@@ -13,7 +13,6 @@ comparison, sinks vs the sliding window with re-computation at the same window.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import time
@@ -26,7 +25,17 @@ from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 from attnlab.models.pretrained import load_model_and_tokenizer
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import (  # benchmarks/host.py
+    add_out,
+    corpus,
+    device,
+    kv_budget,
+    model_name,
+    parser,
+    positive_int,
+    positive_ints,
+    recorded,
+)
 
 
 def _sync(device):
@@ -84,23 +93,23 @@ def recompute_step(model, ids, window, n, device):
     return statistics.median(times)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--text", default="kjv")
-    ap.add_argument("--lengths", default="1024,4096,8192")
-    ap.add_argument("--budget", type=int, default=1024)
-    ap.add_argument("--decode", type=int, default=32, help="timed decode steps per cell")
-    ap.add_argument("--device", default="cpu")
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--model", type=model_name, default="smollm2")
+    ap.add_argument("--text", type=corpus(), default="kjv")
+    ap.add_argument("--lengths", type=positive_ints, default="1024,4096,8192")
+    ap.add_argument("--budget", type=kv_budget("sinks", "h2o", "sinks+h2o"), default=1024)
+    ap.add_argument("--decode", type=positive_int, default=32, help="timed decode steps per cell")
+    ap.add_argument("--device", type=device, default="cpu")
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with recorded(args.out):
         run(args)
 
 
 def run(args):
     """The benchmark itself; what it prints is kept with --out."""
-    lengths = [int(x) for x in args.lengths.split(",")]
+    lengths = list(args.lengths)
     model, tok = load_model_and_tokenizer(args.model)
     model.to(args.device)
     text = "".join(read_corpus(args.text, "text")[:40000])

@@ -11,7 +11,6 @@ process's maximum resident set after each length.
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -21,7 +20,7 @@ from attnlab.evals.longppl import scored_nll
 from attnlab.evals.passkey import PasskeyPrompts, passkey_cases, retrieve
 from attnlab.models.pretrained import load_model_and_tokenizer
 
-from host import add_out, peak_rss_mib, recorded  # benchmarks/host.py
+from host import add_out, corpus, device, model_name, numbers, parser, peak_rss_mib, recorded  # benchmarks/host.py
 
 
 def _sync(device):
@@ -29,21 +28,22 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--text", default="war-and-peace")
-    ap.add_argument("--lengths", default="4096,8192,16384")
-    ap.add_argument("--device", default="cpu")
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--model", type=model_name, default="smollm2")
+    ap.add_argument("--text", type=corpus(), default="war-and-peace")
+    ap.add_argument("--lengths", type=numbers(int, "> 256"), default="4096,8192,16384",
+                    help="prompt tokens, each over the 256 the PPL window scores")
+    ap.add_argument("--device", type=device, default="cpu")
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with recorded(args.out):
         run(args)
 
 
 def run(args):
     """The benchmark itself; what it prints is kept with --out."""
-    lengths = [int(x) for x in args.lengths.split(",")]
+    lengths = list(args.lengths)
     model, tok = load_model_and_tokenizer(args.model)
     model.to(args.device)
     prompts = PasskeyPrompts(tok)

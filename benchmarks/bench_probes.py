@@ -21,7 +21,18 @@ import subprocess
 import sys
 import time
 
-from host import add_out, peak_rss_mib, recorded  # benchmarks/host.py
+from host import (  # benchmarks/host.py
+    add_out,
+    corpus,
+    model_name,
+    natural,
+    one_of,
+    parser,
+    peak_rss_mib,
+    positive_int,
+    positive_ints,
+    recorded,
+)
 
 ATTENTION_PROBES = ("sinks", "heavy-hitters")
 
@@ -32,11 +43,9 @@ def child(args) -> dict:
 
     from attnlab.evals.inputs import load_model, text_ids
     from attnlab.probes.base import make_probes
-    from attnlab.probes.run import load_probes
     from attnlab.probes.stream import stream
 
-    known = load_probes()
-    names = [n for n in args.probes.split(",") if n in known]
+    names = list(args.probes)  # checked (and the probes registered) by the parser
     model, tok = load_model(args.model)
     ids = text_ids(tok, args.text, args.child)
     probes = make_probes(names)
@@ -54,16 +63,25 @@ def child(args) -> dict:
             "rss_floor_mb": round(floor), "peak_rss_mb": round(peak), "stream_added_mb": round(peak - floor)}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lengths", default="2048,8192,16384", help="comma-separated token counts")
-    p.add_argument("--probes", default=",".join(ATTENTION_PROBES), help="probes to run (those registered)")
-    p.add_argument("--model", default="smollm2")
-    p.add_argument("--text", default="war-and-peace")
-    p.add_argument("--chunk", type=int, default=512)
-    p.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)  # one length, in this process
+def _probes():
+    from attnlab.probes.base import PROBES
+    from attnlab.probes.run import load_probes
+
+    load_probes()
+    return PROBES
+
+
+def main(argv=None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--lengths", type=positive_ints, default="2048,8192,16384", help="comma-separated token counts")
+    p.add_argument("--probes", type=one_of(_probes, "probe", many=True), default=",".join(ATTENTION_PROBES),
+                   help="probes to run (those registered)")
+    p.add_argument("--model", type=model_name, default="smollm2")
+    p.add_argument("--text", type=corpus(), default="war-and-peace")
+    p.add_argument("--chunk", type=positive_int, default=512)
+    p.add_argument("--child", type=natural, default=0, help=argparse.SUPPRESS)  # one length, in this process
     add_out(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.child:
         print(json.dumps(child(args)))
         return
@@ -75,9 +93,9 @@ def run(args):
     """The benchmark itself; what it prints is kept with --out."""
     print("| tokens | probes | chunk | stream s | tokens/s | RSS floor MB | peak RSS MB | added MB |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
-    for n in (int(x) for x in args.lengths.split(",")):
-        done = subprocess.run([sys.executable, __file__, "--child", str(n), "--probes", args.probes, "--model",
-                               args.model, "--text", args.text, "--chunk", str(args.chunk)],
+    for n in args.lengths:
+        done = subprocess.run([sys.executable, __file__, "--child", str(n), "--probes", ",".join(args.probes),
+                               "--model", args.model, "--text", args.text, "--chunk", str(args.chunk)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"{n} tokens failed:\n{done.stderr[-2000:]}")

@@ -24,7 +24,6 @@ The variants take turns (round-robin), repeated; figures are medians.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import re
@@ -43,7 +42,7 @@ from attnlab.sparsity.mlp import DENSE_ABOVE, SparseMLP
 from attnlab.sparsity.rules import keep_count, topk_mask
 from attnlab.sparsity.speed import amdahl, no_mlp
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, device, fraction, model_name, parser, positive_int, recorded  # benchmarks/host.py
 
 KEEPS = (0.5, 0.35, 0.25)
 SIZES = {"SmolLM2 576x1536": (576, 1536), "Llama-2-7B 4096x11008": (4096, 11008)}
@@ -279,15 +278,15 @@ def e2e_table(t: dict[str, float], batch: int) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats and tokens, batch 1 end to end, no sweep")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    p.add_argument("--model", default="smollm2")
-    p.add_argument("--overlap", type=float, default=None,
+    p.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's own)")
+    p.add_argument("--model", type=model_name, default="smollm2")
+    p.add_argument("--overlap", type=fraction, default=None,
                    help="the cache's set overlap (default: measured on the model; given with --skip-e2e, no "
                         "model is loaded: a GPU machine that reaches no model hub)")
-    p.add_argument("--rank", type=int, default=128, help="the timed predictor's rank r (dejavu's default)")
+    p.add_argument("--rank", type=positive_int, default=128, help="the timed predictor's rank r (dejavu's default)")
     p.add_argument("--skip-kernel", action="store_true")
     p.add_argument("--skip-e2e", action="store_true")
     add_out(p)

@@ -19,7 +19,6 @@ a GPU machine may reach no model hub). Goal on a GPU: ``stream, full`` >= 0.95x 
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -28,13 +27,12 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from attnlab.core.errors import UsageError
 from attnlab.evals.streaming import stream_nll
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 
-from host import add_out, machine, recorded  # benchmarks/host.py
-from shapes import random_llama  # benchmarks/shapes.py
+from host import add_out, device, kv_budget, machine, one_of, parser, positive_int, recorded  # benchmarks/host.py
+from shapes import CONFIGS, random_llama  # benchmarks/shapes.py
 
 
 def _sync(device: str) -> None:
@@ -72,27 +70,22 @@ def timed(fn, ids, device: str) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--config", default="smollm2", help="the real config the random model has (default smollm2)")
-    ap.add_argument("--hidden", type=int, default=None,
+    ap = parser(__doc__)
+    ap.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--config", type=one_of(CONFIGS, "config"), default="smollm2",
+                    help="the real config the random model has (default smollm2)")
+    ap.add_argument("--hidden", type=positive_int, default=None,
                     help="override the width (a multiple of the heads; a narrow model is launch-bound)")
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
                     help="weights and activations (default bfloat16, as models are served on a GPU)")
-    ap.add_argument("--tokens", type=int, default=512, help="tokens decoded per pass (default 512)")
-    ap.add_argument("--budget", type=int, default=256, help="sinks' KV budget (default 256)")
-    ap.add_argument("--repeats", type=int, default=5, help="passes per variant, in turns (default 5)")
+    ap.add_argument("--tokens", type=positive_int, default=512, help="tokens decoded per pass (default 512)")
+    ap.add_argument("--budget", type=kv_budget("sinks"), default=256, help="sinks' KV budget (default 256)")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="passes per variant, in turns (default 5)")
     add_out(ap)
     args = ap.parse_args(argv)
-    if min(args.tokens, args.repeats, args.budget) < 1:
-        ap.error(f"--tokens {args.tokens}, --repeats {args.repeats}, --budget {args.budget}: each must be 1 or more")
-    try:
-        make_policy("sinks", budget=args.budget)  # a budget the sinks cannot fit in: refused before any work
-    except UsageError as e:
-        ap.error(f"--budget {args.budget}: {e}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_stream_loop: no CUDA device here; use --device cpu", file=sys.stderr)
-        return 2
+    heads = CONFIGS[args.config]["num_attention_heads"]
+    if args.hidden is not None and args.hidden % (2 * heads):  # whole heads, each of an even size (RoPE's pairs)
+        ap.error(f"--hidden {args.hidden}: give a multiple of {2 * heads} ({heads} heads of an even size)")
     over = {} if args.hidden is None else {"hidden_size": args.hidden, "intermediate_size": 8 * args.hidden // 3}
     model = random_llama(args.config, **over).to(args.device, getattr(torch, args.dtype))
     ids = torch.randint(0, model.config.vocab_size, (args.tokens + 1,), generator=torch.Generator().manual_seed(0))

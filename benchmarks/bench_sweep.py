@@ -9,7 +9,6 @@ every core (torch's default threads); sweep cells one core each, two at a time (
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, need_tool, parser, positive_int, recorded  # benchmarks/host.py
 
 EXPERIMENT = "scansnap-fig4"
 AXES = {"eta_z": ["0.5", "1", "2", "4"], "seed": ["0", "1", "2", "3"]}
@@ -79,11 +78,12 @@ def passkey_on_paper() -> list[str]:
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", type=int, default=2)
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--workers", type=positive_int, default=2)
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    need_tool(ap, "ray", "pip install 'attnlab[sweep]'", module=True)
     with recorded(args.out):
         run(args)
 

@@ -9,7 +9,6 @@ Runs alternate (plain, trainer, plain, ...) so drift on a shared machine hits bo
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from attnlab.train.batching import batchify
 from attnlab.train.trainer import TrainConfig, Trainer
 from attnlab.train.tutorial import TutorialConfig, TutorialTransformer
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, corpus, device, parser, positive_int, positive_ints, recorded  # benchmarks/host.py
 
 
 def plain_loop(model, src, steps, bptt, device) -> float:
@@ -62,12 +61,12 @@ def trainer_run(model, ids, steps, device) -> float:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--train", default="wikitext-2/valid.txt")
-    p.add_argument("--layers", default="1,5")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--device", default="cpu")
+    p = parser(__doc__)
+    p.add_argument("--train", type=corpus("--train"), default="wikitext-2/valid.txt")
+    p.add_argument("--layers", type=positive_ints, default="1,5")
+    p.add_argument("--steps", type=positive_int, default=300)
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--device", type=device, default="cpu")
     add_out(p)
     args = p.parse_args(argv)
     with recorded(args.out):
@@ -84,7 +83,7 @@ def run(args) -> int:
           f"torch {torch.__version__}, device {args.device}", file=sys.stderr)
     print("| layers | plain loop tok/s (median) | attnlab Trainer tok/s (median) | ratio | runs |\n"
           "|---|---|---|---|---|")
-    for n_layers in (int(x) for x in args.layers.split(",")):
+    for n_layers in args.layers:
         plain, ours = [], []
         for r in range(args.repeats):
             for kind in ("plain", "trainer"):

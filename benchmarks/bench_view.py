@@ -12,7 +12,6 @@ The screenshot in the README is taken here, after a click, a hover and a slider 
 """
 from __future__ import annotations
 
-import argparse
 import random
 import shutil
 import statistics
@@ -22,7 +21,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from host import add_out, recorded  # benchmarks/host.py
+from attnlab.view.defaults import MAX_TOKENS
+
+from host import (  # benchmarks/host.py
+    add_out,
+    corpus,
+    model_name,
+    need_tool,
+    number,
+    parser,
+    positive_int,
+    positive_ints,
+    recorded,
+)
 
 BUDGET = {"seconds": 30.0, "megabytes": 5.0, "switch_ms": 100.0}  # the issue's
 
@@ -74,18 +85,23 @@ def verdict(value: float, limit: float) -> str:
     return "met" if value < limit else "not met"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2")
-    p.add_argument("--text", default="wikitext-2/test.txt")
-    p.add_argument("--tokens", type=int, default=512)
-    p.add_argument("--chunks", default="8,1", help="replay step sizes to time; the first is the one browsed")
-    p.add_argument("--switches", type=int, default=60)
+def main(argv=None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--model", type=model_name, default="smollm2")
+    p.add_argument("--text", type=corpus(), default="wikitext-2/test.txt")
+    p.add_argument("--tokens", type=number(int, f"[1, {MAX_TOKENS}]"), default=512)
+    p.add_argument("--chunks", type=positive_ints, default="8,1",
+                   help="replay step sizes to time; the first is the one browsed")
+    p.add_argument("--switches", type=positive_int, default=60, help="head switches timed in the browser")
     add_out(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    # the browser comes last: missing, it would fail after every view was built and timed
+    need_tool(p, "chromium", "install Debian's chromium (apt install chromium), as .ci/run does")
+    need_tool(p, "playwright", "pip install playwright (the test extra); its own browser download is not needed",
+              module=True)
     figures: dict = {}
     with recorded(args.out, figures), tempfile.TemporaryDirectory() as tmp:
-        runs = [run_view(args, int(c), Path(tmp) / f"view-{c}.html") for c in args.chunks.split(",")]
+        runs = [run_view(args, c, Path(tmp) / f"view-{c}.html") for c in args.chunks]
         shot = args.out / "view.png" if args.out else None
         if shot:
             args.out.mkdir(parents=True, exist_ok=True)

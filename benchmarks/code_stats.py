@@ -6,12 +6,11 @@ Used for the redesign's before/after note; the numbers come from the source alon
 """
 from __future__ import annotations
 
-import argparse
 import ast
 from collections import defaultdict
 from pathlib import Path
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, existing_folder, natural, parser, recorded  # benchmarks/host.py
 
 
 def functions(path: Path):
@@ -21,12 +20,12 @@ def functions(path: Path):
             yield node.name, node.lineno, node.end_lineno - node.lineno + 1
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", default="src/attnlab", type=Path)
-    ap.add_argument("--top", default=10, type=int)
+def main(argv=None) -> None:
+    ap = parser(__doc__.splitlines()[0])
+    ap.add_argument("--src", default="src/attnlab", type=existing_folder)
+    ap.add_argument("--top", default=10, type=natural)
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with recorded(args.out):
         run(args)
 

@@ -5,13 +5,15 @@
 Every ``metrics.json`` below BEFORE_DIR is compared with the one at the same relative path below
 AFTER_DIR. Timing and version fields are ignored, and so are keys that only AFTER has from the
 claim-status redesign (``status``, ``claim_counts``, ``corrected``, ``note``). Everything else must be
-equal -- floats exactly. Exit 0 when all match, 1 otherwise (each difference printed).
+equal -- floats exactly. Exit 0 when all match, 1 otherwise (each difference printed); 2, in one line, when a
+folder does not exist or BEFORE_DIR holds no metrics.json (nothing compared is no evidence of sameness).
 """
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
+
+from host import existing_folder, parser  # benchmarks/host.py
 
 IGNORED = {"seconds", "wall_seconds", "attnlab_version", "torch_version", "tokens_per_s", "time_s"}
 NEW_KEYS = {"status", "claim_counts", "corrected", "note"}
@@ -35,13 +37,17 @@ def diff(a, b, path: str, out: list[str]) -> None:
         out.append(f"{path}: {a!r} -> {b!r}")
 
 
-def main() -> int:
-    if len(sys.argv) != 3:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return 2
-    before, after = Path(sys.argv[1]), Path(sys.argv[2])
+def main(argv=None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("before", type=existing_folder, help="the run tree before (BEFORE_DIR)")
+    ap.add_argument("after", type=existing_folder, help="the run tree after (AFTER_DIR)")
+    args = ap.parse_args(argv)
+    before, after = args.before, args.after
+    found_before = sorted(before.rglob("metrics.json"))
+    if not found_before:
+        ap.error(f"{before} holds no metrics.json: give a folder of runs (attnlab reproduce/sweep --out)")
     problems, n = [], 0
-    for fa in sorted(before.rglob("metrics.json")):
+    for fa in found_before:
         rel = fa.relative_to(before)
         fb = after / rel
         if not fb.exists():

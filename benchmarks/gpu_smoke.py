@@ -17,7 +17,6 @@ the script itself.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import subprocess
@@ -27,9 +26,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from attnlab.experiments.registry import load_all
+from attnlab.experiments.registry import EXPERIMENTS, load_all
 
-from host import add_out, machine, recorded  # benchmarks/host.py
+from host import add_out, device, machine, one_of, parser, positive_int, recorded  # benchmarks/host.py
 from shapes import random_llama  # benchmarks/shapes.py
 
 DEVICE_ERROR = "Expected all tensors to be on the same device"
@@ -88,24 +87,24 @@ def smoke(name: str, model: Path, device: str, out: Path, limit: int) -> dict:
             "tail": "" if rc == 0 else output[-3000:]}  # what a failure printed last, kept for its diagnosis
 
 
+def _experiments():
+    load_all()
+    return EXPERIMENTS
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cuda", help="cuda (default), or cpu to check the script itself")
-    p.add_argument("--only", default="", help="comma-separated experiment names (default: every registered one)")
-    p.add_argument("--layers", type=int, default=30, help="decoder layers of the random model (SmolLM2: 30)")
-    p.add_argument("--limit", type=int, default=600, help="seconds one experiment may run (default 600)")
-    p.add_argument("--jobs", type=int, default=1,
+    p = parser(__doc__)
+    p.add_argument("--device", type=device, default="cuda", help="cuda (default), or cpu to check the script itself")
+    p.add_argument("--only", type=one_of(_experiments, "experiment", many=True), default=None,
+                   help="comma-separated experiment names (default: every registered one)")
+    p.add_argument("--layers", type=positive_int, default=30, help="decoder layers of the random model (SmolLM2: 30)")
+    p.add_argument("--limit", type=positive_int, default=600, help="seconds one experiment may run (default 600)")
+    p.add_argument("--jobs", type=positive_int, default=1,
                    help="experiments run at once, each its own process sharing the device (default 1; a GPU "
                         "machine's CPU cores and memory allow several)")
     add_out(p)
     args = p.parse_args(argv)
-    if args.jobs < 1 or args.limit < 1 or args.layers < 1:
-        p.error(f"--jobs {args.jobs}, --limit {args.limit}, --layers {args.layers}: each must be 1 or more")
-    known = load_all()
-    names = [n for n in args.only.split(",") if n] or list(known)
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        p.error(f"unknown experiment(s) {', '.join(unknown)}: see `attnlab list`")
+    names = list(args.only or load_all())
     with recorded(args.out, figures := {}), tempfile.TemporaryDirectory() as tmp:
         model = random_model(Path(tmp) / "model", args.layers)
         print(f"# {machine()}; --device {args.device}; random model: SmolLM2-135M's config, {args.layers} layers\n")

@@ -10,7 +10,6 @@ kernel with the LM head left float. Not a timing: run it anywhere.
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch.nn.functional as F
@@ -21,7 +20,7 @@ from attnlab.models import arch
 from attnlab.quant.experiments import predictions
 from attnlab.quant.transform import QuantizedWeights, projections
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, number, parser, recorded  # benchmarks/host.py
 
 
 def _forwards(model):
@@ -38,11 +37,11 @@ def _forwards(model):
     }
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tokens", type=int, default=4096)
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--tokens", type=number(int, ">= 2"), default=4096, help="tokens of WikiText-2 test scored")
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     model, tok = load_model("smollm2")
     ids = text_ids(tok, "wikitext-2/test.txt", args.tokens)
     top_f, nll_f = predictions(model, ids, 512)

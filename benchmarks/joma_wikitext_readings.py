@@ -19,7 +19,6 @@ The claims are the experiment's, unchanged; this only reads them at more steps a
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import sys
@@ -31,7 +30,7 @@ from attnlab.core.io import write_atomic
 from attnlab.core.plotting import plt
 from attnlab.train.exp_joma_text import late_recovery, meets_recovery
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, existing_folder, parser, recorded  # benchmarks/host.py
 
 COLUMNS = (3000, 6000, 12000)  # the issue's steps: the per-run table reads there (where a run was read)
 
@@ -226,11 +225,11 @@ def figure(cells: dict, curves: dict, valid: dict, share: float, path: Path) -> 
     write_atomic(path, buf.getvalue())
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", type=Path, help="joma-wikitext result folders, or sweep folders")
+def main(argv=None) -> None:
+    p = parser(__doc__)
+    p.add_argument("runs", nargs="+", type=existing_folder, help="joma-wikitext result folders, or sweep folders")
     add_out(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     figures: dict = {}
     with recorded(args.out, figures):
         folders = run_folders(args.runs)

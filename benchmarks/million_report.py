@@ -12,7 +12,6 @@ process of its own, so that plotting's memory is not counted in the stream's.
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import math
@@ -22,14 +21,9 @@ from pathlib import Path
 from attnlab.core.io import write_atomic, write_json
 from attnlab.core.plotting import plt
 
+from host import parser  # benchmarks/host.py
+
 PART_ONLY = ("policies", "control")  # the settings in which the parts of one split run may differ
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line and exit code 2, as attnlab's own (no usage block before them)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def figure(report: dict, path) -> None:
@@ -176,7 +170,7 @@ def merge(parts: list[Path], out: Path, fail) -> dict:
 
 
 if __name__ == "__main__":  # what million_tokens.py runs after each segment; also `million_tokens.py --redraw`
-    ap = OneLineParser(prog="million_report.py", description="Redraw a million_tokens.py run's table and figure "
-                       "from its million_tokens.json, in a process of its own.")
+    ap = parser("Redraw a million_tokens.py run's table and figure from its million_tokens.json, in a process of "
+                "its own.", prog="million_report.py")
     ap.add_argument("out", type=Path, help="the run's --out folder")
     redraw(ap.parse_args().out, ap.error)

@@ -58,8 +58,8 @@ from attnlab.evals.streaming import recompute_nll, stream_nll
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 
-from host import machine, memory_mib  # benchmarks/host.py
-from million_report import OneLineParser, merge, redraw  # benchmarks/million_report.py
+from host import machine, memory_mib, model_name, natural, parser, positive_int  # benchmarks/host.py
+from million_report import merge, redraw  # benchmarks/million_report.py
 
 CHECKPOINT = "checkpoint.pt"  # the caches and rows after the last finished segment
 TEXTS = "kjv/kjv.txt,war-and-peace/warpeace.txt,wikitext-2/test.txt,wikitext-2/valid.txt,tinyshakespeare/input.txt"
@@ -191,23 +191,22 @@ def save(state: dict, report: dict, args) -> None:
                    stdout=subprocess.DEVNULL, check=False)
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = OneLineParser(prog="million_tokens.py", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2")
+def command_line() -> argparse.ArgumentParser:
+    ap = parser(__doc__, prog="million_tokens.py")
+    ap.add_argument("--model", type=model_name, default="smollm2")
     ap.add_argument("--texts", default=TEXTS, help="corpora, comma-separated, in stream order")
-    ap.add_argument("--tokens", type=int, default=1 << 20)
-    ap.add_argument("--segment", type=int, default=1 << 16)
-    ap.add_argument("--budget", type=int, default=1024)
-    ap.add_argument("--chunk", type=int, default=256)
-    ap.add_argument("--samples", type=int, default=32, help="re-computed tokens per segment")
-    ap.add_argument("--check-tokens", type=int, default=3072)
+    ap.add_argument("--tokens", type=positive_int, default=1 << 20)
+    ap.add_argument("--segment", type=positive_int, default=1 << 16)
+    ap.add_argument("--budget", type=positive_int, default=1024)
+    ap.add_argument("--chunk", type=positive_int, default=256)
+    ap.add_argument("--samples", type=positive_int, default=32, help="re-computed tokens per segment")
+    ap.add_argument("--check-tokens", type=positive_int, default=3072)
     ap.add_argument("--policies", default="sinks,sinks+h2o",
                     help="comma-separated; '' streams none (a part of a split run that only re-computes)")
     ap.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
                     help="re-compute --samples tokens a segment (the oracle the ratios are to); --no-control for "
                          "a part of a split run whose control runs elsewhere")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=natural, default=0)
     ap.add_argument("--out", type=Path, required=True, help="where the report goes; a run stopped there resumes")
     ap.add_argument("--redraw", action="store_true",
                     help="write the table and figure in --out again from its million_tokens.json; stream nothing")
@@ -227,9 +226,6 @@ def check(args, fail) -> None:
         fail("nothing to run: name --policies, or keep the control (drop --no-control)")
     if not 0 < args.budget < args.check_tokens <= args.tokens or args.segment <= args.budget:
         fail("need 0 < --budget < --check-tokens <= --tokens and --segment > --budget")
-    for flag, value in (("--chunk", args.chunk), ("--samples", args.samples)):
-        if value < 1:
-            fail(f"{flag} {value}: use at least 1")
     for name in args.policies:
         try:
             policy_of(name, args)
@@ -242,7 +238,7 @@ def check(args, fail) -> None:
 
 
 def main(argv: list[str] | None = None):
-    ap = parser()
+    ap = command_line()
     args = ap.parse_args(argv)
     args.policies = [p for p in args.policies.split(",") if p]
     try:

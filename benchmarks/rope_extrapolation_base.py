@@ -10,7 +10,6 @@ extrapolation, and its ratio to the perplexity inside the trained window.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import tempfile
 import time
@@ -23,7 +22,7 @@ from attnlab.models.causal_lm import LlamaLMConfig, build_llama
 from attnlab.models.tokenizer import make_tokenizer
 from attnlab.train.trainer import TrainConfig, Trainer
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, corpus, number, parser, positive, positive_int, recorded  # benchmarks/host.py
 
 
 def trainer(model, train_ids, valid_ids, bptt: int, steps: int, batch: int, lr: float) -> Trainer:
@@ -33,16 +32,16 @@ def trainer(model, train_ids, valid_ids, bptt: int, steps: int, batch: int, lr: 
     return Trainer(model, train_ids, valid_ids, cfg, tempfile.mkdtemp(), "cpu")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--text", default="war-and-peace")
-    p.add_argument("--short", type=int, default=64)
-    p.add_argument("--steps", type=int, default=4000)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--theta", type=float, default=10000.0)
+def main(argv=None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--text", type=corpus(), default="war-and-peace")
+    p.add_argument("--short", type=number(int, ">= 2"), default=64, help="the trained window (tokens)")
+    p.add_argument("--steps", type=positive_int, default=4000)
+    p.add_argument("--batch", type=positive_int, default=32)
+    p.add_argument("--lr", type=positive, default=1e-3)
+    p.add_argument("--theta", type=number(float, "> 1"), default=10000.0, help="RoPE's base")
     add_out(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     figures: dict = {}
     with recorded(args.out, figures):
         train_lines, valid_lines = split_tail(read_corpus(args.text, "text"), 0.1)

@@ -9,7 +9,6 @@ Prints the PPL of each 1,024-token block and the sinks / dense ratio per block.
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 from attnlab.evals.inputs import load_stream
@@ -17,18 +16,20 @@ from attnlab.evals.streaming import stream_nll
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, corpus, kv_budget, model_name, natural, parser, positive_int, recorded  # benchmarks/host.py
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--text", default="kjv")
-    ap.add_argument("--start", type=int, default=8192)
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--budget", type=int, default=256)
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--model", type=model_name, default="smollm2")
+    ap.add_argument("--text", type=corpus(), default="kjv")
+    ap.add_argument("--start", type=natural, default=8192)
+    ap.add_argument("--tokens", type=positive_int, default=16384)
+    ap.add_argument("--budget", type=kv_budget("sinks"), default=256)
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.start >= args.tokens - 1:  # the restarted streams score the tokens after --start
+        ap.error(f"--start {args.start}, --tokens {args.tokens}: need --start below --tokens - 1")
     with recorded(args.out):
         run(args)
 

@@ -11,24 +11,22 @@ model still fails, the task, not the streaming, is the limit.
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from attnlab.evals.inputs import load_model
 from attnlab.recall.decode import Pieces
 from attnlab.recall.streameval import ANSWER, HEADER, LINE, QUESTION, StreamSpec, is_correct, make_stream
 
-from host import add_out, recorded  # benchmarks/host.py
+from host import add_out, model_name, parser, positive_int, recorded  # benchmarks/host.py
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--queries", type=int, default=10, help="the stream's first N queries")
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--model", type=model_name, default="smollm2")
+    ap.add_argument("--queries", type=positive_int, default=10, help="the stream's first N queries")
     ap.add_argument("--chat", action="store_true", help="lines and question a user turn, the answer the assistant's")
     add_out(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with recorded(args.out):
         run(args)
 

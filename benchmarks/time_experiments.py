@@ -7,31 +7,32 @@ Each run goes through `attnlab reproduce` into a temporary folder; the time is t
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from pathlib import Path
 
 from attnlab import cli
-from attnlab.experiments.registry import load_all
+from attnlab.experiments.registry import EXPERIMENTS, load_all
 
-from host import add_out, machine, recorded  # benchmarks/host.py
+from host import add_out, machine, one_of, parser, recorded  # benchmarks/host.py
+
+
+def _experiments():
+    load_all()
+    return EXPERIMENTS
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("names", nargs="+", help="experiment names (see `attnlab reproduce --list`)")
-    p.add_argument("--modes", default="full,quick", help="comma-separated: full, quick (default both)")
+    p = parser(__doc__)
+    p.add_argument("names", nargs="+", type=one_of(_experiments, "experiment"),
+                   help="experiment names (see `attnlab list`)")
+    p.add_argument("--modes", type=one_of(("full", "quick"), "mode", many=True), default="full,quick",
+                   help="comma-separated: full, quick (default both)")
     add_out(p)
     args = p.parse_args(argv)
-    known = load_all()
-    unknown = [n for n in args.names if n not in known]
-    modes = args.modes.split(",")
-    if unknown or not set(modes) <= {"full", "quick"}:
-        p.error(f"unknown experiment(s) {unknown} or modes {modes}: see `attnlab reproduce --list`")
     with recorded(args.out, figures := {}):
-        figures["rows"] = timed(args.names, modes)
+        figures["rows"] = timed(args.names, list(args.modes))
     return 0
 
 

@@ -47,10 +47,10 @@ SMALL = ["--tokens", "256", "--segment", "128", "--budget", "16", "--check-token
     (["--policies", "lru"], "--policies lru: unknown KV policy 'lru'"),
     (["--policies", "sinks", "--budget", "4", "--check-tokens", "8"], "--policies sinks: budget 4 leaves no room"),
     (["--model", "smolm2"], "unknown model 'smolm2': did you mean smollm2?"),
-    (["--chunk", "0"], "--chunk 0: use at least 1"),
-    (["--samples", "0"], "--samples 0: use at least 1"),
+    (["--chunk", "0"], "argument --chunk: '0': give a whole number >= 1"),
+    (["--samples", "nan"], "argument --samples: 'nan': give a whole number >= 1"),
     (["--texts", "a.txt,"], "--texts 'a.txt,': name one corpus or more"),
-    (["--tokens", "many"], "argument --tokens: invalid int value"),
+    (["--tokens", "many"], "argument --tokens: 'many': give a whole number >= 1"),
 ])
 def test_bad_input_is_one_line(million, text, tmp_path, capsys, argv, fragment):
     out = tmp_path / "run"

@@ -59,3 +59,32 @@ def test_disk_refusal_reads_errno_chains_and_rust_messages():
     assert isinstance(rust, OSError) and rust.errno == errno.ENOSPC
     assert io.disk_refusal(Exception("I/O error: not found (os error 2)")) is None
     assert io.disk_refusal(ValueError("(os error x)")) is None and io.disk_refusal(None) is None
+
+
+def test_a_refused_write_is_one_usage_line_and_the_old_file_stays(tmp_path, monkeypatch):
+    from attnlab.core.errors import UsageError
+
+    target = tmp_path / "page.html"
+    target.write_text("old")
+
+    def read_only(self, data):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(type(target), "write_bytes", read_only)
+    with pytest.raises(UsageError, match=r"--page .*page.html: cannot write there \(read-only file system\): "
+                                         r"choose another --page \(the file there is untouched\)"):
+        io.write_output(target, "new", "--page")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["page.html"]
+
+
+def test_only_a_file_carrying_the_marker_is_replaced_without_force(tmp_path):
+    from attnlab.core.errors import UsageError
+
+    mine, ours = tmp_path / "notes.txt", tmp_path / "old.html"
+    mine.write_text("notes")
+    ours.write_text("<html>" + " " * 1000 + "<!-- MARK -->")
+    io.check_replaceable(ours, b"MARK", "a page")
+    io.check_replaceable(tmp_path / "new.html", b"MARK", "a page")  # nothing there yet
+    io.check_replaceable(mine, b"MARK", "a page", force=True)
+    with pytest.raises(UsageError, match="notes.txt exists and is not a page: .* add --force"):
+        io.check_replaceable(mine, b"MARK", "a page")

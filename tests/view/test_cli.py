@@ -65,7 +65,8 @@ def test_the_page_is_self_contained(view):
 ])
 def test_bad_input_is_one_line_exit_2_and_the_old_page_is_kept(view, tmp_path, capsys, change, message):
     out = tmp_path / "view.html"
-    out.write_text("the previous page")
+    previous = '<script type="application/json" id="attnlab-data">{"T": 1}</script>'  # an earlier page
+    out.write_text(previous)
     argv = list(view.argv)
     argv[argv.index("--out") + 1] = str(out)
     argv[argv.index(change[0]) + 1] = change[1]
@@ -73,7 +74,7 @@ def test_bad_input_is_one_line_exit_2_and_the_old_page_is_kept(view, tmp_path, c
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
-    assert out.read_text() == "the previous page" and sorted(p.name for p in tmp_path.iterdir()) == ["view.html"]
+    assert out.read_text() == previous and sorted(p.name for p in tmp_path.iterdir()) == ["view.html"]
 
 
 def test_an_output_in_a_missing_folder_is_refused_before_the_model_loads(view, tmp_path, capsys):

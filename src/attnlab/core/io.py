@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from attnlab.core.errors import UsageError
+
 # The disk refusing a write: full, over quota, read-only, a file over the file system's limit. No bug, and
 # the fix (free space, or write elsewhere) is the same wherever in a run the write was.
 DISK_REFUSALS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
@@ -64,6 +66,52 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def refused_line(e: OSError, path: Path, flag: str = "--out") -> str:
+    """One line for ``e``, raised writing ``path`` (the user's ``flag``): the disk's refusal (full, read-only:
+    :data:`DISK_REFUSALS`) or the folder's (no permission), and the fix."""
+    err = disk_refusal(e) or e
+    cause = DISK_REFUSALS.get(err.errno) or (err.strerror or type(err).__name__).lower()
+    fix = "free space there or choose another" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "choose another"
+    return f"{flag} {path}: cannot write there ({cause}): {fix} {flag}"
+
+
+def check_writable(path: Path, flag: str = "--out") -> None:
+    """UsageError unless a file can be made beside ``path``: tried, not guessed (``os.access`` says yes to root
+    and knows nothing of a read-only mount), so a command fails before its work, not after it."""
+    probe = Path(path).with_name(f".{Path(path).name}.tmp-{os.getpid()}")
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(refused_line(e, path, flag)) from None
+
+
+def check_replaceable(path: Path, marker: bytes, what: str, force: bool = False, flag: str = "--out") -> None:
+    """UsageError when ``path`` is a file that is not ``what`` (its first 64 KiB lack ``marker``), unless
+    ``force``: a command replaces its own earlier output, never a file of the user's."""
+    path = Path(path)
+    if force or not path.is_file():
+        return
+    try:
+        with path.open("rb") as f:
+            ours = marker in f.read(1 << 16)
+    except OSError:
+        ours = False
+    if not ours:
+        raise UsageError(f"{flag} {path} exists and is not {what}: choose another {flag}, or add --force "
+                         "to replace it")
+
+
+def write_output(path: Path, data: str | bytes, flag: str = "--out") -> Path:
+    """:func:`write_atomic` for a file the user named with ``flag``: a refused write (a full disk, a read-only
+    or unwritable folder) is one line (a UsageError), and what was at ``path`` stays as it was."""
+    try:
+        return write_atomic(path, data)
+    except OSError as e:
+        kept = " (the file there is untouched)" if Path(path).exists() else ""
+        raise UsageError(refused_line(e, path, flag) + kept) from None
 
 
 def write_json(path: Path, obj: Any) -> Path:

@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any, Callable
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import UsageError, check_number, first_line
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
@@ -84,13 +84,37 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     error names a value the user gave (``--set key=text`` unless a command's own flag gave it)."""
     default = config_cls()
     flat = flatten(default)
-    hints = field_types(config_cls)
+    hints, metas = field_types(config_cls), field_metadata(config_cls)
     values: dict[str, Any] = dict(base or {})
+    wheres: dict[str, str] = {}
     for key, text in (overrides or {}).items():
         if key not in flat:
             raise UsageError(f"unknown config key {key!r}: {did_you_mean(key, flat)}keys are: {', '.join(flat)}")
-        values[key] = _parse(text, hints[key], spelled(key, text))
-    return _build(config_cls, values)
+        wheres[key] = spelled(key, text)
+        values[key] = _parse(text, hints[key], wheres[key])
+    for key, value in values.items():  # before the config is built: its own checks may not survive a NaN
+        check_field(key, value, metas.get(key, {}), wheres.get(key))
+    try:
+        return _build(config_cls, values)
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- a config's own check that crashed on a value it did not foresee
+        given = ", ".join(wheres.values()) or ", ".join(f"{k}={v}" for k, v in values.items()) or "its defaults"
+        raise UsageError(f"{given}: not a setting {config_cls.__name__} can run ({type(e).__name__}: "
+                         f"{first_line(e)}); change the value") from None
+
+
+def check_field(key: str, value: Any, meta: Any, where: str | None = None) -> None:
+    """The one check of a config value, whichever way it came (a flag, ``--set``, a ``--grid`` cell, a quick
+    run's settings): no NaN or infinity unless the field's ``option`` allows them, and within its ``bounds``."""
+    check_number(key, value, meta.get("bounds"), finite=not meta.get("allow_nonfinite"), where=where)
+
+
+def check_fields(cfg: Any) -> None:
+    """:func:`check_field` on each field of a config built in code (a ``__post_init__`` calls it), as
+    :func:`resolve` checks those given on the command line."""
+    for f in dataclasses.fields(cfg):
+        check_field(f.name, getattr(cfg, f.name), f.metadata)
 
 
 def field_types(cls: type, prefix: str = "") -> dict[str, Any]:
@@ -100,6 +124,18 @@ def field_types(cls: type, prefix: str = "") -> dict[str, Any]:
             out.update(field_types(typ, f"{prefix}{name}."))
         else:
             out[f"{prefix}{name}"] = typ
+    return out
+
+
+def field_metadata(cls: type, prefix: str = "") -> dict[str, Any]:
+    """{"data.T": the field's metadata (its ``option``'s help, bounds, ...), ...} for a (nested) config class."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update(field_metadata(hints[f.name], f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = f.metadata
     return out
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
+from attnlab.experiments.config import check_fields
 from attnlab.quant.options import check_quant, quant_option
 
 
@@ -21,23 +21,21 @@ class StreamRun:
 
     model: str = option("smollm2", "alias (smollm2), model folder, attnlab train run or hub id")
     text: str = option("kjv", "a text file, or kjv / war-and-peace / wikitext-2/test.txt")
-    tokens: int = option(2048, "stream length in tokens")
+    tokens: int = option(2048, "stream length in tokens", bounds=">= 2")
     policy: str = option("sinks", "KV-cache policy: {choices}", choices=_policy_names)
-    budget: int | float = option(256, "tokens kept (256) or a fraction of those seen (0.2)")
-    n_sink: int = option(4, "attention sinks kept by the policies that keep sinks")
-    recent: int | None = option(None, "recent window of the h2o policies (default: half the budget)")
+    budget: int | float = option(256, "tokens kept (256) or a fraction of those seen (0.2)", bounds="> 0")
+    n_sink: int = option(4, "attention sinks kept by the policies that keep sinks", bounds=">= 0")
+    recent: int | None = option(None, "recent window of the h2o policies (default: half the budget)",
+                               bounds=">= 0")
     positions: str = option("rolling", "rolling (positions inside the cache) or original")
-    chunk: int = option(1, "tokens per forward; 1 is the exact protocol")
+    chunk: int = option(1, "tokens per forward; 1 is the exact protocol", bounds=">= 1")
     recompute: bool = option(False, "also run the sliding window with re-computation at the same budget "
                              "(slow: O(T x budget))")
     dense: bool = option(True, "skip the dense baseline")
     quant: str = quant_option()
 
     def __post_init__(self):
-        if self.tokens < 2:
-            raise UsageError(f"--tokens {self.tokens}: stream at least 2 tokens")
-        if self.chunk < 1:
-            raise UsageError(f"--chunk {self.chunk}: feed at least 1 token per forward")
+        check_fields(self)  # each option's bounds, NaN and infinity refused (the command line checked them already)
         self.make_policy()  # an unknown policy or impossible budget: refused before any work
         check_quant(self.quant)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import UsageError, check_number
 from attnlab.core.registry import Registry
 
 KEEP = float("inf")  # priority of a token the policy must keep (sink or recent)
@@ -287,10 +287,11 @@ def make_policy(name: str, budget: float | None = None, n_sink: int = 4,
         return policy
     if budget is None:
         raise UsageError(f"policy {name!r} needs a budget: tokens (e.g. --budget 256) or a fraction (--budget 0.2)")
+    check_number("budget", budget, where=f"budget {budget}")  # NaN passes every `<` below; capacity() needs a number
     if budget <= 0 or (isinstance(budget, float) and budget >= 1 and not budget.is_integer()):
         raise UsageError(f"budget {budget}: give a token count >= 1 or a fraction in (0, 1)")
-    if n_sink < 0 or (recent is not None and recent < 0):
-        raise UsageError("n_sink and recent must be >= 0")
+    for key, value in (("n_sink", n_sink), ("recent", recent)):
+        check_number(key, value, ">= 0")
     if isinstance(budget, float) and budget >= 1:
         policy = replace(policy, budget=int(budget))
     sinks, kept = getattr(policy, "n_sink", 0), getattr(policy, "recent", None)

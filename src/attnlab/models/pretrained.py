@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 
 from attnlab.core.cache import cache_dir, offline
-from attnlab.core.errors import UsageError, first_line
+from attnlab.core.errors import MissingResource, UsageError, first_line
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,20 @@ def _tokenizer_folder(model_folder: Path) -> Path:
                      "save one with the model (tokenizer.save_pretrained)")
 
 
+def _offline_hub_id(hub_id: str) -> bool:
+    """Whether downloads are off for the hub id ``hub_id``: then it loads from Hugging Face's cache alone
+    (``local_files_only``: no request at all), and one not in that cache is refused here, at once, rather than
+    after the ~30 s transformers spends retrying a network that is off."""
+    if not offline():
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(hub_id, "config.json"), str):  # a path when cached; reads no network
+        raise MissingResource(f"model {hub_id}: a hub id not in the Hugging Face cache, and downloads are off "
+                              "(--offline or $ATTNLAB_OFFLINE): give a local model folder, or load it once online")
+    return True
+
+
 def load_model_and_tokenizer(name: str, dtype: torch.dtype = torch.float32):
     """(a transformers causal LM in eval mode, its AutoTokenizer) for any name ``resolve_model`` takes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -202,11 +216,12 @@ def load_model_and_tokenizer(name: str, dtype: torch.dtype = torch.float32):
             model = model.to(dtype)
         tokenizer = load_tokenizer(_tokenizer_folder(target)).fast
         return model.eval(), tokenizer
+    local = _offline_hub_id(target)
     hub_log = logging.getLogger("huggingface_hub")
     level, hub_log.level = hub_log.level, logging.ERROR  # its retry warnings would precede our one line
     try:  # a hub id: transformers downloads it (or finds it in its own cache)
-        model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(target)
+        model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype, local_files_only=local)
+        tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=local)
     except Exception as e:  # noqa: BLE001 - network, auth and format errors surface as many types
         raise UsageError(f"model {target}: no such local folder, and loading it as a hub id failed "
                          f"({first_line(e)}); give a local folder or an alias such as smollm2") from None

@@ -61,6 +61,8 @@ class LabTokenizer:
     def encode_lines(self, lines: Iterable[str]) -> torch.Tensor:
         """All lines' ids, concatenated -> (N,) long."""
         batch = [line + "\n" for line in lines] if self.keeps_newlines else list(lines)
+        if not batch:  # the fast tokenizer fails on an empty batch; no lines are no ids
+            return torch.zeros(0, dtype=torch.long)
         ids = self.fast(batch, add_special_tokens=False)["input_ids"]
         return torch.tensor([i for row in ids for i in row], dtype=torch.long)
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Iterable
 import torch
 from torch import nn
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import check_number, within  # noqa: F401 -- within: the bounds' reader, here as before
 from attnlab.core.registry import Registry
 
 
@@ -59,25 +59,18 @@ class Probe:
         return {}
 
 
-def within(x: float, bound: str) -> bool:
-    """Whether ``x`` lies in ``bound``: ">= a", "> a", or an interval "[a, b]", "(a, b)", "[a, b)", "(a, b]"."""
-    if bound[0] in "[(":
-        lo, hi = (float(v) for v in bound[1:-1].split(","))
-        return (lo < x if bound[0] == "(" else lo <= x) and (x < hi if bound[-1] == ")" else x <= hi)
-    op, a = bound.split()
-    return x > float(a) if op == ">" else x >= float(a)
-
-
 def check_bounds(probe: Probe, args: dict[str, Any]) -> None:
     """UsageError naming the first constructor argument outside its probe's ``bounds`` (``args``: the
-    constructor's ``locals()``), e.g. "heavy-hitters: heavy=0: need heavy >= 1"."""
-    for key, bound in type(probe).bounds.items():
-        value = args[key]
-        items = value if isinstance(value, (tuple, list)) else (value,)
-        if not all(v is None or within(v, bound) for v in items):
-            each = "each of " if isinstance(value, (tuple, list)) else ""
-            shown = ",".join(map(str, value)) if each else value
-            raise UsageError(f"{probe.name}: {key}={shown}: need {each}{key} {'in ' * (bound[0] in '[(')}{bound}")
+    constructor's ``locals()``), e.g. "heavy-hitters: heavy=0: need heavy >= 1"; and one that is NaN or
+    infinite, bounded or not (:func:`attnlab.core.errors.check_number`, the check every option goes through)."""
+    bounds = type(probe).bounds
+    for key, value in args.items():
+        if key != "self" and not (key.startswith("__") or key in ("args", "kwargs")):
+            check_number(key, value, bounds.get(key), where=f"{probe.name}: {key}={_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
 
 
 def layer_of(name: str) -> int:

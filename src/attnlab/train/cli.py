@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnlab.core.errors import UsageError
+from attnlab.core.errors import UsageError, check_number
 from attnlab.core.io import write_json
 from attnlab.core.variant_names import VARIANTS
 from attnlab.train.folder import check_out, check_resume, remove_start
@@ -188,7 +188,31 @@ def _read_splits(args) -> tuple[list[str], list[str] | None]:
     valid_lines = read_corpus(args.valid, "--valid", "--valid PATH") if args.valid else None
     if args.holdout:
         train_lines, valid_lines = split_tail(train_lines, args.holdout)
+        for side, lines in (("training", train_lines), ("held-out", valid_lines)):
+            if not any(line.strip() for line in lines):  # refused before a tokenizer is trained on nothing
+                _short_split(args, side, 0)
     return train_lines, valid_lines
+
+
+def _check_split(args, train_ids, valid_ids) -> None:
+    """--holdout must leave each side at least one training window (--bptt inputs and their next tokens)."""
+    if args.holdout:
+        for side, ids in (("training", train_ids), ("held-out", valid_ids)):
+            if ids.numel() < args.bptt + 1:
+                _short_split(args, side, ids.numel())
+
+
+def _short_split(args, side: str, tokens: int) -> None:
+    fix = "a smaller" if side == "training" else "a larger"
+    raise UsageError(f"--holdout {args.holdout} leaves the {side} part {tokens} tokens, fewer than one training "
+                     f"window (--bptt {args.bptt} + 1 = {args.bptt + 1}): give a longer text or {fix} --holdout")
+
+
+def _check_numbers(args) -> None:
+    """Every numeric flag through the check every option goes through: NaN, infinity (which slip past the
+    range checks below, a NaN comparing false with every bound) and integers no tensor holds are refused."""
+    for key, value in vars(args).items():
+        check_number(key, value, where=f"--{key.replace('_', '-')} {value}")
 
 
 def _model_and_tokenizer(args, train_lines: list[str], resume: bool):
@@ -218,6 +242,7 @@ def cmd_train(args) -> int:
     from attnlab.train.plots import training_figure
     from attnlab.train.trainer import Trainer
 
+    _check_numbers(args)
     device = check_device(args.device)
     out: Path = args.out
     resume = check_out(out, args.resume)
@@ -228,8 +253,10 @@ def cmd_train(args) -> int:
         check_resume(out, settings)
     train_lines, valid_lines = _read_splits(args)
     model, tokenizer = _model_and_tokenizer(args, train_lines, resume)
-    trainer = Trainer(model, tokenizer.encode_lines(train_lines),
-                      None if valid_lines is None else tokenizer.encode_lines(valid_lines), cfg, out, device)
+    train_ids = tokenizer.encode_lines(train_lines)
+    valid_ids = None if valid_lines is None else tokenizer.encode_lines(valid_lines)
+    _check_split(args, train_ids, valid_ids)
+    trainer = Trainer(model, train_ids, valid_ids, cfg, out, device)
     if not resume and out.is_dir() and any(out.iterdir()):
         print(f"attnlab train: {out} holds a start that stopped before its first checkpoint: starting again "
               "from step 0", file=sys.stderr)

@@ -36,6 +36,7 @@ from torch import nn
 from attnlab.core.errors import ConfigError, UsageError
 from attnlab.core.io import write_atomic
 from attnlab.core.metrics import attention_entropy, sink_importance, sink_rate, sink_share
+from attnlab.experiments.config import check_fields
 from attnlab.train.batching import BATCHERS, PrependSink, make_batcher
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
@@ -64,6 +65,7 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
+        check_fields(self)  # NaN and infinity first: a NaN clip or weight decay passes every comparison below
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer={self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
         if self.batching not in BATCHERS:

@@ -42,7 +42,7 @@ def add_commands(sub) -> None:
     text = p.add_mutually_exclusive_group(required=True)
     text.add_argument("--text", help="the text itself")
     text.add_argument("--text-file", metavar="PATH", help="a text file, or a shipped corpus: wikitext-2/test.txt, "
-                      "kjv, war-and-peace")
+                      "kjv, war-and-peace; PATH:ENCODING for a file not in UTF-8 (notes.txt:latin-1)")
     p.add_argument("--tokens", type=int, default=None, help=f"at most this many tokens of the text, 1 to {MAX_TOKENS} "
                    f"and the model's context (default: {DEFAULT_TOKENS}, or the context if shorter)")
     policies = p.add_argument("--policies", default=None, help="comma-separated KV policies to replay, any "
@@ -54,7 +54,9 @@ def add_commands(sub) -> None:
                    "of the accumulated attention is shown (default: 4)")
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help="tokens per replay step (default: %(default)s; "
                    "1 = decoding)")
-    p.add_argument("--out", type=Path, default=Path("view.html"), help="the HTML file (default: view.html)")
+    p.add_argument("--out", type=Path, default=Path("view.html"), help="the HTML file (default: view.html); an "
+                   "earlier page is replaced, any other file only with --force")
+    p.add_argument("--force", action="store_true", help="replace --out even if it is not a page attnlab wrote")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.set_defaults(func=cmd_view)
 
@@ -75,11 +77,21 @@ def _budgets(text: str) -> tuple[float, ...]:
     return out
 
 
-def _check_out(out: Path) -> None:
+# What every page carries (static/view.html: the data its script reads), so an earlier page is told from a
+# file of the user's that --out happens to name
+PAGE_MARKER = b'<script type="application/json" id="attnlab-data">'
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """--out names a new file or an earlier page (else --force), in a folder that exists and takes a file."""
+    from attnlab.core.io import check_replaceable, check_writable
+
     if out.is_dir():
         raise UsageError(f"--out {out} is a folder: give a file name, e.g. --out {out / 'view.html'}")
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: the folder {out.parent} does not exist; create it or write elsewhere")
+    check_replaceable(out, PAGE_MARKER, "a page attnlab view wrote", force)
+    check_writable(out)
 
 
 def _text(args) -> tuple[list[str] | str, str]:
@@ -99,7 +111,7 @@ def _text(args) -> tuple[list[str] | str, str]:
 def cmd_view(args) -> int:
     import torch
 
-    from attnlab.core.io import write_atomic
+    from attnlab.core.io import write_output
     from attnlab.evals.inputs import first_ids, load_model, with_sink
     from attnlab.experiments.runner import RunContext, check_device
     from attnlab.view.build import build_view, check_tokens, context_of, policies_for, usable
@@ -110,12 +122,12 @@ def cmd_view(args) -> int:
         raise UsageError(f"--tokens {args.tokens}: give 1 to {MAX_TOKENS}")
     if args.chunk < 1:
         raise UsageError(f"--chunk {args.chunk}: give at least 1 token per step")
-    _check_out(args.out)
     named = args.policies is not None
     names = (tuple(n.strip() for n in args.policies.split(",") if n.strip()) if named
              else DEFAULT_POLICIES)
     policies = policies_for(names, _budgets(args.budgets), args.n_sink)
     text, source = _text(args)
+    _check_out(args.out, args.force)
     device = check_device(args.device)
     model, tok = load_model(args.model, device)
     if args.tokens is None:  # the default: as many as the model's context takes
@@ -132,7 +144,7 @@ def cmd_view(args) -> int:
     ctx = RunContext(args.out.parent, device)
     page = build_view(model, tok, ids, policies, args.chunk, {"model": args.model, "text": source},
                       ctx.progress, args.n_sink)
-    write_atomic(args.out, page)
+    write_output(args.out, page)  # aside, then renamed: a refused write keeps the old page
     print(f"{args.out} ({len(page.encode()) / 1e6:.2f} MB, {ids.numel()} tokens, {len(policies)} replays): "
           "open it in a browser", file=sys.stderr)
     return 0
