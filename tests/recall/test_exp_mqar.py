@@ -4,12 +4,14 @@ value mass is H2O's accumulated score read off the attention maps, and bad input
 import json
 import types
 
+import numpy as np
 import pytest
 import torch
 
 from attnlab.cli import main
 from attnlab.kv.policies import make_policy
 from attnlab.recall.mqar import sample
+from attnlab.recall.mqar_claims import contrast, evicted_at_chance, heavy_over_base, pack, rate_interval, unpack
 from attnlab.recall.mqar_stream import query_positions, stream, value_mass, value_positions
 from attnlab.recall.mqar_train import build, query_logits, task_at
 
@@ -67,8 +69,79 @@ def test_a_tiny_run_streams_every_cache_and_states_its_claims(tmp_path):
     assert set(m["recall"]) == {"full", "window", "sinks", "h2o", "sinks+h2o", "knorm"}
     assert [t["step"] for t in m["train"]["track"]] == [0, 2, 4]
     claims = [c for c in m["claims"] if c["status"] != "finding"]
-    assert len(claims) == 5 and all(c["expected"] is not None for c in claims)
+    assert len(claims) == 5 and all(c["expected"] is not None and c["n"] >= 1 for c in claims)
     assert (out / "recall_distance.png").exists() and (out / "recall_kept.png").exists()
+    # every claim is recomputed from the per-query bits metrics.json keeps
+    q = m["queries"]
+    assert q["n"] == 2 * 6 * 3  # gaps x sequences x queries
+    bits = {key: {n: unpack(v, q["n"]) for n, v in q[key].items()} for key in ("hit", "held", "evicted")}
+    assert {n: float(b.mean()) for n, b in bits["hit"].items()} == pytest.approx(m["recall"])
+    assert claims[0]["measured"] == pytest.approx(bits["hit"]["full"].mean())
+    held, old = bits["held"]["sinks"], bits["evicted"]["window"]
+    assert claims[1]["measured"] == pytest.approx(bits["hit"]["full"][held].mean() - bits["hit"]["sinks"][held].mean())
+    assert claims[3]["measured"] == pytest.approx(bits["hit"]["h2o"][old].mean() - bits["hit"]["window"][old].mean())
+
+
+def test_the_exact_interval_of_a_rate():
+    n = 200
+    assert rate_interval(np.zeros(n, bool)) == pytest.approx((0.0, 1 - 0.025 ** (1 / n)))  # Clopper-Pearson at 0
+    assert rate_interval(np.ones(n, bool)) == pytest.approx((0.025 ** (1 / n), 1.0))
+    lo, hi = rate_interval(np.arange(n) % 4 == 0)
+    assert lo < 0.25 < hi
+
+
+def test_a_contrast_resamples_whole_sequences():
+    """Sequences, not queries, are drawn: outcomes shared by a sequence's queries widen the interval; identical
+    caches give exactly 0; the sequences counted are those with a query in the subset."""
+    seq = np.repeat(np.arange(20), 4)  # 20 sequences of 4 queries
+    a, b = np.repeat(np.arange(20) % 2 == 0, 4), np.zeros(80, bool)  # a right on every other whole sequence
+    d, (lo, hi), n = contrast(a, b, seq, np.ones(80, bool))
+    assert d == 0.5 and n == 20 and lo < 0.35 and hi > 0.65  # 20 draws, not 80: wide
+    assert contrast(a, a, seq, np.ones(80, bool))[:2] == (0.0, (0.0, 0.0))
+    assert contrast(a, b, seq, seq < 5)[2] == 5
+
+
+def _caches(heavy, base, evicted):
+    return {"h2o": {"hit": heavy}, "window": {"hit": base, "evicted": evicted}}
+
+
+def test_the_interval_decides_the_heavy_hitter_contrast():
+    """h2o over window >= 0.1 on the queries window evicted: clearly above holds, clearly below fails, a
+    difference whose interval holds 0.1 is unresolved."""
+    cfg = types.SimpleNamespace(budget=8, h2o_margin=0.1, seed=0)
+    seq, old = np.repeat(np.arange(100), 2), np.ones(200, bool)
+    rng = np.random.default_rng(0)
+    base = rng.random(200) < 0.3
+    above = heavy_over_base(cfg, "h2o", "window", _caches(np.ones(200, bool), base, old), seq)
+    below = heavy_over_base(cfg, "h2o", "window", _caches(base.copy(), base, old), seq)
+    near = heavy_over_base(cfg, "h2o", "window", _caches(base | (rng.random(200) < 0.15), base, old), seq)
+    assert (above.status, below.status) == ("holds", "fails") and above.n == 100
+    assert near.status == "unresolved" and near.interval[0] < 0.1 < near.interval[1]
+
+
+def test_the_interval_decides_recall_of_evicted_pairs_against_chance():
+    cfg = types.SimpleNamespace(n_sink=4, budget=16)
+    evicted = np.ones(400, bool)
+    none = evicted_at_chance(cfg, np.zeros(400, bool), evicted, 16)
+    at_chance = evicted_at_chance(cfg, np.arange(400) % 16 == 0, evicted, 16)
+    many = evicted_at_chance(cfg, np.arange(400) % 4 == 0, evicted, 16)
+    assert (none.status, at_chance.status, many.status) == ("holds", "unresolved", "fails")
+    assert at_chance.note and many.note and none.n == 400 and none.method.startswith("Clopper-Pearson")
+
+
+def test_bits_pack_and_unpack():
+    bits = np.random.default_rng(1).random(37) < 0.5
+    assert np.array_equal(unpack(pack(bits), 37), bits)
+
+
+@pytest.mark.slow
+def test_the_quick_mode_decides_claims(tmp_path):
+    """``--quick`` (the demo's): the claims are checked by their intervals, not turned into findings."""
+    out = tmp_path / "quick"
+    assert main(["reproduce", "recall-under-eviction", "--quick", "--out", str(out)]) == 0
+    claims = json.loads((out / "metrics.json").read_text())["claims"]
+    assert sum(c["status"] in ("holds", "fails") for c in claims) >= 1
+    assert all("interval" in c for c in claims if c["status"] != "finding")
 
 
 @pytest.mark.parametrize("setting, says", [

@@ -95,3 +95,20 @@ def test_the_passkey_checks_the_seeds_statements_about_h2o_against_sinks_window(
     assert [c.status for c in claims] == ["finding"] * 3 + ["fails", "holds"]
     assert [c.measured for c in claims[3:]] == [-1, 1]
     assert "0.00, 0.00, 1.00 (sinks+window: 0.00, 1.00, 1.00)" in claims[3].note and claims[4].note is None
+
+
+def test_the_quick_stream_leaves_its_claims_unresolved_and_its_findings_alone():
+    """checked=False (the quick mode: a handful of queries) turns no claim into a finding: each checked claim is
+    unresolved, with how many queries there were; the findings stay findings."""
+    from attnlab.recall.experiments import _undecided
+
+    cfg = StreamEvalConfig(distances=(3,), budgets=(100,), policies=("sinks", "sinks+h2o"), checked=False)
+    dist = [10, 40, 60, 90]
+    runs = {"full": _answers([True] * 4, dist, [1.0] * 4),
+            "sinks 4+96": _answers([True, True, False, False], dist, [1.0, 1.0, 0.0, 0.0]),
+            "sinks+h2o 100": _answers([True, False, True, True], dist, [1.0, 1.0, 0.5, 0.25])}
+    claims = _claims(cfg, runs)
+    quick = _undecided(cfg, runs, claims)
+    assert [c.status for c in quick] == ["unresolved" if c.test else "finding" for c in claims]
+    assert all("4 queries" in c.note and c.holds is None for c in quick if c.status == "unresolved")
+    assert [c.measured for c in quick] == [c.measured for c in claims]

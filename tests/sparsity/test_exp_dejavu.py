@@ -67,13 +67,20 @@ def test_experiment_runs_end_to_end_states_its_claims_and_reloads(setup, tmp_pat
 
 
 @pytest.mark.slow
-def test_quick_mode_reports_findings_only(setup, tmp_path):
+def test_quick_mode_leaves_the_claims_unresolved_and_decides_chance(setup, tmp_path):
+    """judge=False: the six claims about trained predictors are unresolved with the reason; the quick still
+    decides one claim, that x predicts the set better than chance (interval over the layers)."""
     model, text, train = setup
     out = tmp_path / "run"
     assert _reproduce(out, f"model={model}", f"text={text}", f"train_texts={train}", "judge=false",
                       "beside=false") == 0
     m = json.loads((out / "metrics.json").read_text())
-    assert {c["status"] for c in m["claims"]} == {"finding"} and m["decode"]["steps"] == 2  # the speed measured too
+    status = [c["status"] for c in m["claims"]]
+    assert status[:6] == ["unresolved"] * 6 and all("cannot decide" in c["note"] for c in m["claims"][:6])
+    chance = m["claims"][6]
+    assert chance["status"] in ("holds", "fails") and chance["claim"].startswith("x predicts the set at all")
+    assert chance["n"] == 4 and chance["interval"][0] <= chance["measured"] <= chance["interval"][1]
+    assert status[7:] == ["finding"] * 4 and m["decode"]["steps"] == 2  # the speed measured too
     assert (out / "predictors" / "own").is_dir() and not (model / "predictors").exists()  # the run's copy only
 
 

@@ -61,10 +61,43 @@ def test_dejavu_curve_reads_any_model_and_checks_the_readmes_statement(tmp_path,
     assert _reproduce("dejavu-curve", out, [f"model={folder}", f"text={text}", f"train_texts={train}", "tokens=64",
                                            "window=32", "ranks=4,8", "checkpoints=64,128", "batch=16"]) == 0
     m = json.loads((out / "metrics.json").read_text())
-    assert [(r["rank"], r["tokens"]) for r in m["curve"]] == [(4, 64), (4, 128), (8, 64), (8, 128)]
+    curve = m["curve"]
+    assert [(r["rank"], r["tokens"]) for r in curve] == [(4, 64), (4, 128), (8, 64), (8, 128)]
     claims = [c for c in m["claims"] if c["status"] != "finding"]
-    assert len(claims) == 3 and "more tokens do not help" in claims[1]["claim"]
-    assert claims[2]["measured"] == pytest.approx(m["curve"][3]["recall"] - m["curve"][1]["recall"])
+    assert len(claims) == 4 and "more tokens do not help" in claims[2]["claim"]
+    assert "more rank does not help" in claims[3]["claim"]
+    # a 2 x 2 design: the least-squares slope is the mean first difference over the other factor, per doubling
+    by = {(r["rank"], r["tokens"]): r["recall"] for r in curve}
+    assert claims[2]["measured"] == pytest.approx((by[4, 128] - by[4, 64] + by[8, 128] - by[8, 64]) / 2)
+    assert claims[3]["measured"] == pytest.approx((by[8, 64] - by[4, 64] + by[8, 128] - by[4, 128]) / 2)
+    for c in claims:  # every checked claim carries its interval over the 2 layers, and the interval decides it
+        lo, hi = c["interval"]
+        assert c["n"] == 2 and lo <= c["measured"] <= hi + 1e-12 and c["status"] in ("holds", "fails", "unresolved")
+    assert m["fit"]["slopes"]["tokens"] == pytest.approx(claims[2]["measured"])
+
+
+@pytest.mark.slow
+def test_quick_scale_runs_check_what_their_scale_decides(words, tmp_path, monkeypatch):
+    """judge=False (the quick modes' setting): Deja Vu's claims are unresolved with the reason, and each run still
+    decides at least one claim (dejavu-relu: at least half of h exactly zero; dejavu-curve: beats chance)."""
+    out = tmp_path / "relu"
+    assert _reproduce("dejavu-relu", out, [*RELU, f"texts={words}", "judge=false"]) == 0
+    claims = json.loads((out / "metrics.json").read_text())["claims"]
+    assert [c["status"] for c in claims[:4]] == ["unresolved"] * 4 and all("cannot decide" in c["note"]
+                                                                            for c in claims[:4])
+    assert claims[4]["status"] in ("holds", "fails") and "at least half of h is exactly zero" in claims[4]["claim"]
+    folder = tmp_path / "m"
+    text, train = texts_and_cache(tmp_path, monkeypatch)
+    tiny("llama", vocab_size=300, num_hidden_layers=2, max_position_embeddings=64, tie_word_embeddings=True,
+         bos_token_id=256, eos_token_id=256).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    assert _reproduce("dejavu-curve", tmp_path / "curve", [f"model={folder}", f"text={text}", f"train_texts={train}",
+                                                           "tokens=64", "window=32", "ranks=4", "checkpoints=64,128",
+                                                           "batch=16", "judge=false"]) == 0
+    claims = [c for c in json.loads((tmp_path / "curve" / "metrics.json").read_text())["claims"]
+              if c["status"] != "finding"]
+    assert [c["status"] in ("holds", "fails") for c in claims] == [False, True, False]
+    assert claims[1]["claim"].startswith("x predicts the set at all") and claims[1]["n"] == 2
 
 
 @pytest.mark.parametrize("name, sets, says", [

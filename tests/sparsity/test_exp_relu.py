@@ -56,10 +56,15 @@ def test_the_experiment_trains_both_twins_measures_them_and_states_its_claims(te
 
 
 @pytest.mark.slow
-def test_quick_judging_off_reports_findings_only(text, tmp_path):
+def test_quick_judging_off_leaves_the_zeros_unresolved_and_checks_the_oracle(text, tmp_path):
+    """judge=False: the exact-zero share (OPT's > 90%) is unresolved with the reason; the oracle's PPL claim, which
+    this model's own zeros decide at any scale, is still checked."""
     out = tmp_path / "run"
     assert _reproduce(out, f"text={text}", "judge=false") == 0
-    assert {c["status"] for c in json.loads((out / "metrics.json").read_text())["claims"]} == {"finding"}
+    claims = json.loads((out / "metrics.json").read_text())["claims"]
+    assert claims[0]["status"] == "unresolved" and "cannot decide" in claims[0]["note"]
+    assert claims[1]["status"] in ("holds", "fails") and "oracle top-" in claims[1]["claim"]
+    assert {c["status"] for c in claims[2:]} == {"finding"}
 
 
 @pytest.mark.parametrize("fields, message", [

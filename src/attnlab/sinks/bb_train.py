@@ -4,7 +4,10 @@ Every ``track_every`` steps, on one fixed probe batch, per layer (each has one h
 
 - ``dormant``: attention to the first token (BOS; a sink-token model's sink token) from non-trigger queries
   (positions >= 1): the sink, where the head has no work; ``active``: the same from trigger queries, where it
-  copies; ``copy``: their attention to the token before them (the backcopy itself);
+  copies; ``copy``: their attention to the token before them (the backcopy itself); ``copy_share``: that
+  attention over the row's whole attention mass, the same number where rows sum to 1 (softmax, gated, a sink
+  token) and the comparable one where they need not (ReLU attention: relu(x)/n; softmax1 and a sink logit:
+  < 1), a row with no mass counting 0;
 - ``logit_gap``: the first token's attention logit minus the mean logit of the other keys, over non-trigger
   queries (the softmax's normaliser cancels, so it is read from the probabilities: log p_0 - mean_j log p_j);
 - ``value_ratio``: the first token's value-state norm over the median of the others' (the drain: < 1);
@@ -50,12 +53,16 @@ def build(task: BBTask, cfg, layers: int, variant: str) -> CausalLM:
                                      sink_token_id=task.vocab_size if variant == "sink-token" else None))
 
 
-def _optimizer(model: CausalLM, cfg, name: str) -> torch.optim.Optimizer:
+def _optimizer(model: CausalLM, cfg, name: str, lr: float | None = None) -> torch.optim.Optimizer:
+    """AdamW at ``lr`` (default ``cfg.lr``), or SGD at ``lr``: SGD's rate is swept, so it has no default."""
     if name not in OPTIMIZERS:
         raise ConfigError(f"optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}")
-    if name == "sgd":  # the paper's SGD run: momentum 0.9, a 10x higher rate than Adam's
-        return torch.optim.SGD(model.parameters(), lr=cfg.sgd_lr, momentum=0.9, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+    if name == "sgd":  # the paper's SGD run: momentum 0.9
+        if lr is None:
+            raise ConfigError("the SGD optimizer needs its learning rate (lr=...)")
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr if lr is None else lr, weight_decay=cfg.weight_decay,
+                             betas=(0.9, 0.99))
 
 
 def _with_sink(model: CausalLM, x: torch.Tensor) -> torch.Tensor:
@@ -99,12 +106,14 @@ def measure(model: CausalLM, task: BBTask, x: torch.Tensor) -> dict:
         a = a[:, 0].float()  # (B, S, S): the one head; position 0 is BOS (a sink-token model's sink token)
         first = a[:, off:, 0]  # (B, L): each query's attention to the first token
         prev = a.diagonal(-1, -2, -1)[:, off:]  # (B, L-1): query t's attention to t-1 (queries 1..L-1 of x)
+        mass = a[:, off + 1:].sum(-1)  # (B, L-1): the same queries' whole attention mass
+        share = prev / mass.clamp_min(1e-30)  # (B, L-1): 0 where a ReLU row has no mass (prev is 0 there too)
         logp = a[:, off:].clamp_min(1e-30).log()  # (B, L, S)
         keys = torch.ones_like(logp, dtype=torch.bool).tril(off)  # (B, L, S): the keys query t sees...
         keys[..., 0] = False  # ...but the first
         gap = logp[..., 0] - (logp * keys).sum(-1) / keys.sum(-1).clamp_min(1)  # (B, L)
         layers.append({"dormant": float(first[rest].mean()), "active": float(first[trig].mean()),
-                       "copy": float(prev[trig[:, 1:]].mean()),
+                       "copy": float(prev[trig[:, 1:]].mean()), "copy_share": float(share[trig[:, 1:]].mean()),
                        "logit_gap": None if relu else float(gap[rest].mean()),  # relu has no logits to read back
                        "value_ratio": float(position_norm_ratio(v, "median")),
                        "resid_ratio": float(position_norm_ratio(h, "median"))})
@@ -113,22 +122,22 @@ def measure(model: CausalLM, task: BBTask, x: torch.Tensor) -> dict:
 
 
 def train_bb(task: BBTask, cfg, name: str, layers: int, variant: str = "softmax", optimizer: str = "adam",
-             device: str = "cpu", progress=None, steps: int | None = None) -> BBRun:
-    """Train one BB model for ``steps`` (default ``cfg.steps``) steps of fresh batches (seeded), measuring every
-    ``cfg.track_every``."""
+             device: str = "cpu", progress=None, steps: int | None = None, lr: float | None = None) -> BBRun:
+    """Train one BB model for ``steps`` (default ``cfg.steps``) steps of fresh batches (seeded) at ``lr`` (Adam's
+    default ``cfg.lr``; SGD needs one), measuring every ``cfg.track_every``."""
     model = build(task, cfg, layers, variant).to(device)
     probe = sample(task, cfg.probe_batch, cfg.length, torch.Generator().manual_seed(cfg.seed + 2)).to(device)
     track = fit(model, task, cfg, lambda g: sample(task, cfg.batch, cfg.length, g), probe,
-                cfg.steps if steps is None else steps, optimizer, progress)
+                cfg.steps if steps is None else steps, optimizer, progress, lr)
     return BBRun(name, layers, variant, optimizer, track, model)
 
 
 def fit(model: CausalLM, task: BBTask, cfg, batches, probe: torch.Tensor, steps: int, optimizer: str = "adam",
-        progress=None) -> list[dict]:
+        progress=None, lr: float | None = None) -> list[dict]:
     """``steps`` steps on ``batches(generator)`` (B, L) from a seeded generator, :func:`measure` on ``probe`` every
     ``cfg.track_every`` steps and at the end: the track."""
     device = next(model.parameters()).device
-    opt = _optimizer(model, cfg, optimizer)
+    opt = _optimizer(model, cfg, optimizer, lr)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     track = []
     model.train()
