@@ -158,7 +158,8 @@ def _is_a_run(out, name, lines, claims=0):
     config = json.loads((out / "config.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
     assert config["experiment"] == metrics["experiment"] == name and config["device"] == "cpu"
-    assert len(metrics["claims"]) == claims and set(metrics["claim_counts"]) == {"holds", "fails", "unresolved", "erratum", "finding"}
+    statuses = {"holds", "fails", "unresolved", "erratum", "finding"}
+    assert len(metrics["claims"]) == claims and set(metrics["claim_counts"]) == statuses
     assert metrics["command"].startswith(f"attnlab {name} ")
     report = (out / "report.md").read_text()
     assert report.startswith(f"# {name}") and all(ln in report for ln in lines)
