@@ -4,7 +4,8 @@ import json
 import pytest
 
 from attnlab.cli import main
-from attnlab.recall.experiments import StreamEvalConfig, _claims, _findings, _passkey_claims
+from attnlab.experiments.claims import check
+from attnlab.recall.experiments import StreamEvalConfig, _claims, _findings, _gate, _passkey_claims, _premise
 from tiny_models import save_hf
 
 SETS = ["--set", "lines=12", "--set", "query_every=3", "--set", "distances=2,7", "--set", "budgets=140",
@@ -26,8 +27,9 @@ def test_workers_give_the_same_answers_as_one_process(tmp_path):
     names = set(one["runs"])
     assert {"full", "sinks 4+136", "h2o 140", "sinks+h2o 140", "passkey: full", "passkey: sinks 4+96"} <= names
     assert all((tmp_path / "one" / f).exists() for f in ("streameval_accuracy.png", "streameval_kept.png"))
-    statuses = {c["status"] for c in one["claims"]}
-    assert statuses <= {"holds", "fails", "finding"}
+    premise, *rest = one["claims"]  # a random model answers nothing: the stream's claims cannot be decided
+    assert premise["claim"].startswith("the full cache answers") and premise["status"] == "fails"
+    assert {c["status"] for c in rest if not c["claim"].startswith("passkey")} <= {"unresolved", "finding"}
 
 
 def _same_answers(one, two):
@@ -112,3 +114,18 @@ def test_the_quick_stream_leaves_its_claims_unresolved_and_its_findings_alone():
     assert [c.status for c in quick] == ["unresolved" if c.test else "finding" for c in claims]
     assert all("4 queries" in c.note and c.holds is None for c in quick if c.status == "unresolved")
     assert [c.measured for c in quick] == [c.measured for c in claims]
+
+
+def test_the_premise_is_decided_by_its_exact_interval_and_gates_the_streams_claims():
+    """Claim 0: the full cache answers >= full_answers of the queries, by Clopper-Pearson. Three wrong answers
+    decide that it does not (the interval's top is 0.71 < 0.75); three right ones decide nothing; where the
+    premise does not hold, every stream claim is unresolved and the passkey's keep their verdicts."""
+    cfg = StreamEvalConfig(distances=(3,), budgets=(100,), policies=("sinks",))
+    none, all3 = (_premise(cfg, _answers([c] * 3, [10] * 3, [1.0] * 3)["answers"]) for c in (False, True))
+    assert none.status == "fails" and abs(none.interval[1] - (1 - 0.025 ** (1 / 3))) < 1e-9
+    assert all3.status == "unresolved" and all3.n == 3
+    many = _premise(cfg, _answers([True] * 20, [10] * 20, [1.0] * 20)["answers"])
+    assert many.status == "holds"
+    claims = [check("a stream claim", 1.0, 0.75, 0, "at_least"), check("passkey: a passkey claim", 1, 0, 0, "at_least")]
+    assert [c.status for c in _gate(none, claims)] == ["unresolved", "holds"]
+    assert _gate(many, claims) == claims

@@ -89,15 +89,18 @@ def test_quick_experiment_trains_every_variant_and_streams_each(tmp_path, monkey
     out = _text(tmp_path, monkeypatch, 0, "the cat sat on a mat while dogs ran far away and birds sang in trees near "
                 "old houses", 2500)
     assert main(["reproduce", "sink-pretraining", "--quick", "--set", f"text={tmp_path / 't.txt'}",
-                 "--set", "steps=12", "--out", str(out)]) == 0
+                 "--set", "steps=12", "--set", "track_every=5", "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
     variants = ["softmax", "softmax1", "sink-logit", "gated", "sink-token"]
     assert list(m["ppl"]) == variants and all(set(r) == {"0+32", "1+31", "2+30", "4+28"} for r in m["ppl"].values())
     assert all(np.isfinite(p) for r in m["ppl"].values() for p in r.values())
-    assert {c["status"] for c in m["claims"]} == {"finding"}  # quick mode: no claims at that size
+    learns, sink, *rest = m["claims"]  # the premises first; 12 steps grow no sink, so its claims are unresolved
+    assert "learns the text" in learns["claim"] and sink["status"] in ("holds", "unresolved")
+    about_sink = [c for c in rest if "sink token" not in c["claim"] and "sink-token" not in c["claim"]]
+    assert len(about_sink) == 6 and (sink["status"] == "holds" or {c["status"] for c in about_sink} == {"unresolved"})
     for v in variants:  # one line per tracked step, the sink metrics on each
         lines = [json.loads(x) for x in (out / v / "metrics.jsonl").read_text().splitlines()]
-        assert [x["step"] for x in lines] == [0, 10, 12] and all(len(x["norm0_ratio"]) == 2 for x in lines)
+        assert [x["step"] for x in lines] == [0, 5, 10, 12] and all(len(x["norm0_ratio"]) == 2 for x in lines)
 
 
 def test_first_step_is_where_the_probe_sink_rate_first_reaches_the_threshold():
@@ -114,7 +117,7 @@ def test_quick_emergence_sweep_trains_one_vanilla_model_per_cell(tmp_path, monke
     assert main(["reproduce", "sink-emergence", "--quick", "--set", f"text={tmp_path / 't.txt'}", "--set", "steps=10",
                  "--set", "weight_decays=0.1,0.5", "--set", "workers=1", "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
-    assert sorted(m["cells"]) == ["lr0.003-wd0.1", "lr0.003-wd0.5", "lr0.01-wd0.1", "lr0.01-wd0.5"]
+    assert sorted(m["cells"]) == ["lr0.01-wd0.1", "lr0.01-wd0.5", "lr0.03-wd0.1", "lr0.03-wd0.5"]
     assert all(0 <= c["strongest_head"] <= 1 and len(c["sink_rate_held_out"]) == 10 for c in m["cells"].values())
     cfg = json.loads((out / "lr0.01-wd0.5" / "metrics.jsonl").read_text().splitlines()[-1])
     assert cfg["step"] == 10 and "sink_importance_max" in cfg

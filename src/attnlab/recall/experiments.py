@@ -3,8 +3,12 @@ passkey prompt, fed once, token by token, through the full cache and caches of e
 policies (any of :data:`attnlab.kv.policies.POLICIES`; by default ``sinks``, ``h2o`` and ``sinks+h2o``),
 rolling positions, every answer generated in place.
 
-Claims, fixed before the first run (thresholds in the config):
+Claims, fixed before the first run (thresholds in the config), after a premise added on 2026-11-27 once the
+committed run had shown the full cache answering none of its 37 queries:
 
+0. the premise: the full cache answers the stream's queries, at least ``full_answers`` of them, by the exact
+   (Clopper-Pearson) interval; where it does not, claims 1-3 are unresolved -- what eviction forgets cannot be
+   told apart from what the model never knew;
 1. the full cache does not forget while the stream fits the model's context: its accuracy at the longest
    distance is >= ``dense_keeps`` x its accuracy at the shortest;
 2. per budget, sinks+window answers as well as the full cache while the value is inside its window:
@@ -30,11 +34,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from attnlab.core.errors import ConfigError
-from attnlab.experiments.claims import Claim, check, finding
+from attnlab.experiments.claims import Claim, check, finding, undecided
 from attnlab.experiments.registry import Result, register
 from attnlab.kv.cache import POSITIONS
 from attnlab.kv.policies import POLICIES, make_policy
 from attnlab.recall.jobs import passkey_job, run_jobs, stream_job, validate
+from attnlab.recall.mqar_claims import EXACT, rate_interval
 from attnlab.recall.plots import accuracy_figure, kept_figure
 from attnlab.recall.streameval import StreamSpec
 
@@ -58,8 +63,9 @@ class StreamEvalConfig:
     passkey_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     passkey_budget: int = 256
     workers: int = 2  # streams at once, each in its own process
-    checked: bool = True  # False (quick): a few queries decide nothing; the claims are unresolved, with the reason
-    # claim thresholds, fixed before the first run
+    checked: bool = True  # False (quick): a few queries decide only the premise; the rest are unresolved, with why
+    # claim thresholds, fixed before the first run (full_answers: the premise, 2026-11-27)
+    full_answers: float = 0.75
     dense_keeps: float = 0.75
     inside_vs_dense: float = 0.75
 
@@ -207,6 +213,9 @@ def run_streameval_experiment(cfg: StreamEvalConfig, ctx) -> Result:
     claims = (_claims(cfg, streams) if streams else []) + (_passkey_claims(cfg, runs) if cfg.passkey_length else [])
     if not cfg.checked:
         claims = _undecided(cfg, runs, claims)
+    if streams:
+        premise = _premise(cfg, streams[FULL]["answers"])
+        claims = [premise] + _gate(premise, claims)
     claims += _findings(cfg, runs)
     figures, table, summary = [], None, f"{cfg.model}: the passkey alone (lines=0)."
     if streams:
@@ -224,6 +233,22 @@ def run_streameval_experiment(cfg: StreamEvalConfig, ctx) -> Result:
                                        "(layer, KV head) pairs that still held the value when the answer began, by "
                                        "distance, for right and wrong answers."}
     return Result(claims, metrics, {f: captions[f] for f in figures}, summary)
+
+
+def _premise(cfg: StreamEvalConfig, dense: list[dict]) -> Claim:
+    """Claim 0: the full cache answers the stream's queries (>= ``full_answers``, by the exact interval)."""
+    hit = np.array([a["correct"] for a in dense], dtype=bool)
+    return check(f"the full cache answers the stream's queries (the premise): {int(hit.sum())} of {hit.size} right",
+                 hit.mean(), cfg.full_answers, 0, "at_least", interval=rate_interval(hit), n=hit.size, method=EXACT)
+
+
+def _gate(premise: Claim, claims: list[Claim]) -> list[Claim]:
+    """The stream's claims, unresolved where the premise does not hold (the passkey's keep their verdicts)."""
+    if premise.holds is True:
+        return claims
+    why = (f"the full cache answers {premise.measured:.0%} of the queries, short of the premise: what eviction "
+           "forgets cannot be told apart from what the model never knew")
+    return [c if c.claim.startswith("passkey") else undecided(c, why) for c in claims]
 
 
 def _undecided(cfg: StreamEvalConfig, runs: dict[str, dict], claims: list) -> list:

@@ -72,6 +72,7 @@ class Corpus:
     vocab_size: int  # the sink entry included
     sink_id: int
     about: str
+    unigram_nll: float  # nats per held-out token under the training text's token frequencies (add-one)
 
 
 def load_corpus(cfg: PretrainSetup) -> Corpus:
@@ -87,7 +88,14 @@ def load_corpus(cfg: PretrainSetup) -> Corpus:
                           f"and probe_length={cfg.probe_length}: raise holdout or give a longer text")
     about = (f"{text}: {train.numel():,} training tokens, {held.numel():,} held-out tokens (its last "
              f"{holdout:.0%} of lines), byte-level BPE of {tokenizer.vocab_size:,} entries (the sink's included)")
-    return Corpus(train, held, tokenizer.vocab_size, sink, about)
+    return Corpus(train, held, tokenizer.vocab_size, sink, about, unigram_nll(train, held, tokenizer.vocab_size))
+
+
+def unigram_nll(train: torch.Tensor, held: torch.Tensor, vocab_size: int) -> float:
+    """Cross-entropy (nats/token) of ``held`` (M,) under the add-one unigram of ``train`` (N,): the loss a model
+    reaches by learning token frequencies alone -- one that stays above it has learned nothing a sink could serve."""
+    counts = torch.bincount(train, minlength=vocab_size).double() + 1  # (V,)
+    return float(-(counts[held] / counts.sum()).log().mean())
 
 
 def build_variant(cfg, variant: str, corpus: Corpus) -> CausalLM:
