@@ -45,6 +45,8 @@ def test_a_tiny_run_tracks_every_run_and_checks_its_claims(tmp_path):
     for c in m["claims"]:  # an intervention below competence (after 6 steps, likely every one) decides nothing
         if " removes the " in c["claim"] and float(re.search(r"copy share ([\d.]+)", c["claim"])[1]) < 0.895:
             assert c["status"] == "unresolved" and "did not learn the task" in c["note"]
+    if claims["a sink emerges"]["status"] != "holds":  # every other claim is about the sink: none decided
+        assert {c["status"] for c in m["claims"][1:]} <= {"unresolved", "finding"}
     assert (out / "backcopy_dynamics.png").exists() and (out / "backcopy_map.png").exists()
 
 

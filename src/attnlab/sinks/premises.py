@@ -17,12 +17,12 @@ def learns_text(who: str, valid_loss: float, unigram_nll: float) -> Claim:
                  f"below the training text's unigram's, {unigram_nll:.3f}", valid_loss, unigram_nll, 0, "at_most")
 
 
-def sink_verdict(sink: Claim, learns: Claim, quick: bool, steps: int) -> Claim:
+def sink_verdict(sink: Claim, learns: Claim | None, quick: bool, steps: int) -> Claim:
     """``sink`` ("a sink emerges") as decided, or unresolved where this run cannot decide it: its model did
-    not learn the text, or a quick run's few steps found none."""
+    not learn the text (``learns``; None: not asked), or a quick run's few steps found none."""
     if sink.holds is not False:
         return sink
-    if learns.holds is not True:
+    if learns is not None and learns.holds is not True:
         return undecided(sink, "the model did not learn the text beyond its token frequencies (the claim above), so "
                                "its lack of a sink says nothing about when sinks form: train longer")
     if quick:
@@ -32,9 +32,9 @@ def sink_verdict(sink: Claim, learns: Claim, quick: bool, steps: int) -> Claim:
 
 
 def needs_a_sink(claims: list[Claim], sink: Claim) -> list[Claim]:
-    """``claims`` about removing or evicting the vanilla model's sink: unresolved unless ``sink`` holds."""
+    """``claims`` about the sink (removing it, evicting it, what it does): unresolved unless ``sink`` holds."""
     if sink.holds is True:
         return claims
-    why = (f"the vanilla model has no sink here (Sink_0 {sink.measured:.2f}, a sink from {sink.expected:g}): "
-           "nothing to remove or to lose by eviction, so the run cannot decide this claim")
-    return [undecided(c, why) for c in claims]
+    why = (f"no sink formed in this run ({sink.measured:.2f}, a sink from {sink.expected:g}): nothing to remove, "
+           "drain or lose by eviction, so the run cannot decide this claim")
+    return [c if c.status == "unresolved" else undecided(c, why) for c in claims]  # keep an earlier reason
