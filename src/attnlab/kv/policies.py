@@ -37,6 +37,7 @@ from attnlab.core.errors import UsageError, check_number
 from attnlab.core.registry import Registry
 
 KEEP = float("inf")  # priority of a token the policy must keep (sink or recent)
+POSITIONS = ("original", "rolling")  # where kept tokens sit: their stream positions, or their ranks in the cache
 
 
 @dataclass
@@ -70,6 +71,7 @@ class KVPolicy:
     needs_budget = True  # False: the policy keeps everything
     scored = False  # True: some slots are kept by a per-(layer, KV head) score, so heads keep different tokens
     name = "full"
+    about = ""  # one line of --help: what the policy keeps
 
     @classmethod
     def options(cls) -> tuple[str, ...]:
@@ -121,6 +123,7 @@ def _sink(s: SlotState, n: int) -> torch.Tensor:  # (B, H, S) bool: among each r
 class Full(KVPolicy):
     needs_budget = False
     name = "full"
+    about = "never evicts (the dense cache)"
 
     @classmethod
     def from_options(cls, budget, **options) -> KVPolicy:
@@ -139,6 +142,7 @@ class Window(KVPolicy):
     """The most recent tokens: priority = position."""
 
     name = "window"
+    about = "the last budget tokens (window attention)"
 
     def label(self) -> str:
         return f"window 0+{self.budget}"
@@ -149,6 +153,7 @@ class Window(KVPolicy):
 class Sinks(KVPolicy):
     n_sink: int = 4
     name = "sinks"
+    about = "StreamingLLM: the first n_sink tokens (attention sinks) and the most recent ones"
 
     def reserved(self) -> int:
         return self.n_sink
@@ -174,6 +179,7 @@ class H2O(KVPolicy):
     needs_scores = True
     scored = True
     name = "h2o"
+    about = "H2O: a recent window and the older tokens with the most accumulated attention, per KV head"
 
     def n_recent(self, capacity: int) -> int:
         return capacity // 2 if self.recent is None else self.recent
@@ -204,6 +210,7 @@ class SinksH2O(H2O):
 
     n_sink: int = 4
     name = "sinks+h2o"
+    about = "StreamH2O: sinks, heavy hitters and a recent window"
 
     def label(self) -> str:
         r = self.n_recent(self.budget)
@@ -225,6 +232,7 @@ class KNorm(KVPolicy):
 
     scored = True
     name = "knorm"
+    about = "Devoto et al.: the tokens whose keys have the smallest L2 norm, per KV head"
 
     def n_recent(self, capacity: int) -> int:
         return 0

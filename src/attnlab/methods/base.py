@@ -1,0 +1,151 @@
+"""A method: one object of one protocol, whatever it changes in a model.
+
+Every KV-cache policy, contextual-sparsity rule, RoPE scaling and weight scheme is a :class:`Method`: a
+frozen dataclass whose fields are its options (``option(default, help, bounds=...)``, so ``--method`` and
+``--set`` read them with one parser and one set of checks), with a ``name``, a ``kind`` and ``enter(model,
+ctx)``, which returns a context manager that changes the model inside and restores it on exit. The kinds
+are entered in one order (:data:`KINDS`), by one stack (:mod:`attnlab.methods.stack`); a capability
+registers its methods in its own ``methods`` module (``attnlab/<capability>/methods.py``), found by
+:func:`load` without a list to keep. Torch-free: naming, parsing and checking a method imports no model code.
+
+A method is written ``NAME[:key=value,...]`` (``h2o:budget=0.2,recent=64``, ``int8``); several are joined
+with ``;`` (``--set methods="int8;h2o:budget=0.2"``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from attnlab.core.errors import UsageError
+from attnlab.core.registry import Registry
+from attnlab.experiments.config import did_you_mean, resolve
+
+# The stack's one order. Weights first: a sparse MLP entered inside gathers the quantized rows. RoPE before
+# the cache: rolling positions re-rotate kept keys with the model's frequencies as scaled. The KV cache last:
+# it hands generate a cache that runs the model as the methods before it left it.
+KINDS = ("weights", "rope", "mlp", "kv")
+KIND_NAMES = {"weights": "weight scheme", "rope": "RoPE scaling", "mlp": "contextual-sparsity rule",
+              "kv": "KV-cache policy"}
+
+
+@dataclass
+class Context:
+    """What entering a method may read besides the model: its tokenizer (to encode a calibration text), the
+    device, a progress factory ``progress(total, desc)`` (or None), and the name the model was loaded by (where
+    saved predictors are looked up)."""
+
+    tokenizer: Any = None
+    device: str = "cpu"
+    progress: Any = None
+    model_name: str = ""
+
+
+@dataclass(frozen=True)
+class Method:
+    """Base of every method: subclasses are frozen dataclasses whose fields are the method's options."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""  # one of KINDS
+    about: ClassVar[str] = ""  # one line of help: what the method keeps or changes
+
+    def check(self) -> None:
+        """Refuse options that cannot run together (one line, UsageError); the fields' bounds are checked by
+        the parser. Called before any model loads."""
+
+    def enter(self, model, ctx: Context) -> AbstractContextManager:
+        """A context manager: inside it ``model`` runs with this method; on exit it is as it was, bit for bit."""
+        raise NotImplementedError
+
+    @classmethod
+    def options(cls) -> list[dataclasses.Field]:
+        return [f for f in dataclasses.fields(cls) if f.init]
+
+    def spec(self) -> str:
+        """How this method is written: its name, and each option that differs from its default."""
+        default = type(self)()
+        given = [f"{f.name}={_text(getattr(self, f.name))}" for f in self.options()
+                 if getattr(self, f.name) != getattr(default, f.name)]
+        return self.name + (":" + ",".join(given) if given else "")
+
+
+def _text(value: Any) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+METHODS: Registry[type[Method]] = Registry("method", hint="`attnlab methods` lists them")
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator: the method becomes ``METHODS[cls.name]``."""
+    if cls.kind not in KINDS:
+        raise ValueError(f"method {cls.name!r}: kind {cls.kind!r} is not one of {KINDS}")
+    return METHODS.add(cls.name, cls)
+
+
+def derived(base: type[Method], cls_name: str, name: str, about: str,
+            options: list[tuple[str, Any, dataclasses.Field]]) -> type[Method]:
+    """Register a Method class for one entry of a capability's registry (a policy, scaling, rule or scheme):
+    ``base`` (which knows how to enter that kind) with ``options`` [(name, type, option(...))] as its fields.
+    A capability's ``methods`` module makes one per entry, so a new mechanism is a method with no other edit."""
+    cls = dataclasses.make_dataclass(cls_name, options, bases=(base,), frozen=True,
+                                     namespace={"name": name, "about": about})
+    cls.__module__ = base.__module__
+    return register(cls)
+
+
+def method_modules() -> list[str]:
+    """Every ``attnlab.<capability>.methods`` module: where the capabilities register their methods."""
+    import attnlab
+
+    return [info.name for info in pkgutil.iter_modules(attnlab.__path__, "attnlab.")
+            if info.ispkg and importlib.util.find_spec(info.name + ".methods") is not None
+            and info.name != "attnlab.methods"]
+
+
+def load() -> Registry[type[Method]]:
+    """METHODS, with every capability's methods registered."""
+    for package in method_modules():
+        importlib.import_module(package + ".methods")
+    return METHODS
+
+
+def parse(text: str) -> Method:
+    """``NAME[:key=value,...]`` -> the method, its options read by their types and bounds (one-line errors: an
+    unknown method or option with the closest, a value out of its bounds)."""
+    name, _, rest = text.strip().partition(":")
+    cls = load().get(name.strip())
+    given: dict[str, str] = {}
+    for item in (s.strip() for s in rest.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--method {text}: write NAME:key=value,... (e.g. h2o:budget=0.2,recent=64)")
+        given[key.strip()] = value.strip()
+    names = [f.name for f in cls.options()]
+    for key in given:
+        if key not in names:
+            takes = f"its options: {', '.join(names)}" if names else "it takes none"
+            raise UsageError(f"--method {text}: {cls.name} has no option {key!r}; {did_you_mean(key, names)}{takes}")
+    method = resolve(cls, given, spelled=lambda k, t: f"--method {cls.name}:{k}={t}")
+    method.check()
+    return method
+
+
+def parse_list(text: str | list[str] | tuple[str, ...]) -> list[Method]:
+    """Methods from ``"int8;h2o:budget=0.2"`` or a list of specs (repeated ``--method``)."""
+    items = text.split(";") if isinstance(text, str) else [s for t in text for s in t.split(";")]
+    return [parse(s) for s in items if s.strip()]
+
+
+def describe(cls: type[Method]) -> str:
+    """One method's help: name, kind, what it does, and each option with its default and help."""
+    lines = [f"{cls.name} ({KIND_NAMES[cls.kind]}): {cls.about}"]
+    for f in cls.options():
+        shown = _text(f.default) if f.default is not dataclasses.MISSING else "required"
+        lines.append(f"    {f.name}={shown}  {f.metadata.get('help', '')}".rstrip())
+    return "\n".join(lines)

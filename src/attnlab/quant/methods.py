@@ -1,0 +1,24 @@
+"""Every weight scheme as a method (kind ``weights``): entered, the model's projections compute from the
+quantized weights (:class:`~attnlab.quant.transform.QuantizedWeights`); the float weights are never touched."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnlab.experiments.command import option
+from attnlab.methods.base import Method, derived
+from attnlab.quant.schemes import SCHEMES
+
+
+@dataclass(frozen=True)
+class WeightsMethod(Method):
+    kind = "weights"
+
+    def enter(self, model, ctx):
+        from attnlab.quant.transform import QuantizedWeights
+
+        return QuantizedWeights(model, self.name, lm_head=self.lm_head)
+
+
+for _name, _scheme in SCHEMES.items():
+    derived(WeightsMethod, f"{_name.capitalize()}Method", _name, _scheme.about,
+            [("lm_head", bool, option(True, "quantize the LM head too"))])
