@@ -35,8 +35,8 @@ KIND_NAMES = {"weights": "weight scheme", "rope": "RoPE scaling", "mlp": "contex
 @dataclass
 class Context:
     """What entering a method may read besides the model: its tokenizer (to encode a calibration text), the
-    device, a progress factory ``progress(total, desc)`` (or None), and the name the model was loaded by (where
-    saved predictors are looked up)."""
+    device, a progress bar (``update(n)``) that calibration passes advance (or None), and the name the model
+    was loaded by (where saved predictors are looked up)."""
 
     tokenizer: Any = None
     device: str = "cpu"
