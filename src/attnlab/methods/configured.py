@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnlab.experiments.command import option
+from attnlab.experiments.config import check_fields
 from attnlab.methods.base import Method, load, parse_list
 from attnlab.methods.stack import ordered
 
@@ -22,6 +23,7 @@ def _build(name: str, values: dict[str, Any]) -> Method:
     cls = load().get(name)
     known = {f.name for f in cls.options()}
     method = cls(**{k: v for k, v in values.items() if k in known})
+    check_fields(method)  # the bounds the options declare, as --method's parser checks them
     method.check()
     return method
 
