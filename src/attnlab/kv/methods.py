@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
 from attnlab.kv.policies import POLICIES, POSITIONS, KVPolicy, make_policy
-from attnlab.methods.base import Method, derived
+from attnlab.methods.base import METHODS, Method, derived
 
 # the help and bounds of the options every policy shares; a policy's own field may carry its own option()
 SHARED = {"budget": option(None, "tokens kept (256) or a share of those seen (0.2)", bounds="> 0"),
@@ -90,5 +90,5 @@ def _options(policy: type[KVPolicy]) -> list[tuple]:
                                                         "StreamingLLM)"))]
 
 
-for _name, _policy in POLICIES.items():
-    derived(KVMethod, f"{_policy.__name__}Method", _name, _policy.about, _options(_policy))
+METHODS.provide(POLICIES, lambda name, policy: derived(KVMethod, f"{policy.__name__}Method", name, policy.about,
+                                                      _options(policy)))

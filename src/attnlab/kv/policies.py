@@ -28,12 +28,15 @@ is the seam for one that builds itself differently).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
+import pkgutil
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from attnlab.core.errors import UsageError, check_number
+from attnlab.core.metrics import received_attention
 from attnlab.core.registry import Registry
 
 KEEP = float("inf")  # priority of a token the policy must keep (sink or recent)
@@ -54,7 +57,16 @@ class SlotState:
     keys: torch.Tensor
 
 
-POLICIES: Registry[type[KVPolicy]] = Registry("KV policy")
+def _policy_files() -> None:
+    """Import every ``attnlab/kv/policy_*.py``: a new policy is one such file, registered by its decorator."""
+    import attnlab.kv
+
+    for info in pkgutil.iter_modules(attnlab.kv.__path__, "attnlab.kv."):
+        if info.name.rpartition(".")[2].startswith("policy_"):
+            importlib.import_module(info.name)
+
+
+POLICIES: Registry[type[KVPolicy]] = Registry("KV policy", discover=_policy_files)
 
 
 def register(cls: type[KVPolicy]) -> type[KVPolicy]:
@@ -101,6 +113,16 @@ class KVPolicy:
 
     def priority(self, s: SlotState) -> torch.Tensor:  # (B, H, S)
         return s.pos.to(torch.float32)
+
+    def received(self, probs: torch.Tensor) -> torch.Tensor:
+        """For a policy with ``needs_scores``: what this step's attention adds to each slot's score. probs
+        (B, H, g, q, S) -- the g query heads of each KV head, the step's q queries -> (B, H, S). H2O's:
+        the attention each slot received, summed over the group's heads and the queries."""
+        return received_attention(probs.flatten(2, 3))
+
+    def accumulates(self) -> bool:
+        """True: a slot's score is the sum of what it received (H2O); False: only this step's counts."""
+        return True
 
     def describe(self) -> str:
         return self.name if self.budget is None else f"{self.name}(budget={self.budget})"

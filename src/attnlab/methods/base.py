@@ -14,11 +14,12 @@ with ``;`` (``--set methods="int8;h2o:budget=0.2"``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import pkgutil
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from attnlab.core.errors import UsageError
 from attnlab.core.registry import Registry
@@ -76,25 +77,76 @@ def _text(value: Any) -> str:
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-METHODS: Registry[type[Method]] = Registry("method", hint="`attnlab methods` lists them")
+class MethodRegistry:
+    """The methods by name, read through each capability's own registry (``POLICIES``, ``RULES``, ``SCALINGS``,
+    ``SCHEMES``): a name registered there is a method at once, with no list here to keep. Each capability's
+    ``methods`` module calls :meth:`provide` with its registry and how an entry becomes a Method class;
+    :func:`register` adds a Method class written as one. Reads as a :class:`~attnlab.core.registry.Registry`
+    does (``get`` with a did-you-mean, ``names``, ``items``, ``in``)."""
+
+    def __init__(self):
+        self._providers: list[tuple[Registry, Callable[[str, Any], type[Method]]]] = []
+        self._own: Registry[type[Method]] = Registry("method")
+        self._made: dict[tuple[str, int], type[Method]] = {}
+
+    def provide(self, registry: Registry, make: Callable[[str, Any], type[Method]]) -> None:
+        self._providers.append((registry, make))
+
+    def add(self, cls: type[Method]) -> type[Method]:
+        return self._own.add(cls.name, cls)
+
+    def _all(self) -> dict[str, type[Method]]:
+        out: dict[str, type[Method]] = {}
+        for registry, make in self._providers:
+            for name, item in registry.items():
+                key = (name, id(item))  # made once per entry; an entry replaced (a test's) is made anew
+                if key not in self._made:
+                    self._made[key] = make(name, item)
+                if name in out:  # "--method NAME" must mean one thing
+                    raise ValueError(f"method name {name!r} is both a {out[name].kind} and a {self._made[key].kind} "
+                                     "method: rename one")
+                out[name] = self._made[key]
+        return {**out, **dict(self._own.items())}
+
+    def get(self, name: str) -> type[Method]:
+        found = self._all()
+        if name not in found:
+            close = difflib.get_close_matches(str(name), list(found), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise UsageError(f"unknown method {name!r}: {hint}`attnlab methods` lists them")
+        return found[name]
+
+    def names(self) -> list[str]:
+        return list(self._all())
+
+    def items(self):
+        return self._all().items()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._all()
+
+    def __iter__(self):
+        return iter(self._all())
+
+
+METHODS = MethodRegistry()
 
 
 def register(cls: type[Method]) -> type[Method]:
-    """Class decorator: the method becomes ``METHODS[cls.name]``."""
+    """Class decorator for a method written as a class of its own: it becomes ``METHODS[cls.name]``."""
     if cls.kind not in KINDS:
         raise ValueError(f"method {cls.name!r}: kind {cls.kind!r} is not one of {KINDS}")
-    return METHODS.add(cls.name, cls)
+    return METHODS.add(cls)
 
 
 def derived(base: type[Method], cls_name: str, name: str, about: str,
             options: list[tuple[str, Any, dataclasses.Field]]) -> type[Method]:
-    """Register a Method class for one entry of a capability's registry (a policy, scaling, rule or scheme):
-    ``base`` (which knows how to enter that kind) with ``options`` [(name, type, option(...))] as its fields.
-    A capability's ``methods`` module makes one per entry, so a new mechanism is a method with no other edit."""
+    """A Method class for one entry of a capability's registry (a policy, scaling, rule or scheme): ``base``
+    (which knows how to enter that kind) with ``options`` [(name, type, option(...))] as its fields."""
     cls = dataclasses.make_dataclass(cls_name, options, bases=(base,), frozen=True,
                                      namespace={"name": name, "about": about})
     cls.__module__ = base.__module__
-    return register(cls)
+    return cls
 
 
 def method_modules() -> list[str]:
@@ -106,7 +158,7 @@ def method_modules() -> list[str]:
             and info.name != "attnlab.methods"]
 
 
-def load() -> Registry[type[Method]]:
+def load() -> MethodRegistry:
     """METHODS, with every capability's methods registered."""
     for package in method_modules():
         importlib.import_module(package + ".methods")

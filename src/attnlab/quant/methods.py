@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.experiments.command import option
-from attnlab.methods.base import Method, derived
+from attnlab.methods.base import METHODS, Method, derived
 from attnlab.quant.schemes import SCHEMES
 
 
@@ -19,6 +19,5 @@ class WeightsMethod(Method):
         return QuantizedWeights(model, self.name, lm_head=self.lm_head)
 
 
-for _name, _scheme in SCHEMES.items():
-    derived(WeightsMethod, f"{_name.capitalize()}Method", _name, _scheme.about,
-            [("lm_head", bool, option(True, "quantize the LM head too"))])
+METHODS.provide(SCHEMES, lambda name, scheme: derived(WeightsMethod, f"{name.capitalize()}Method", name, scheme.about,
+                                                     [("lm_head", bool, option(True, "quantize the LM head too"))]))

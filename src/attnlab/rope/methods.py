@@ -8,7 +8,7 @@ import typing
 from dataclasses import dataclass
 
 from attnlab.experiments.command import option
-from attnlab.methods.base import Method, derived
+from attnlab.methods.base import METHODS, Method, derived
 from attnlab.rope.scalings import SCALINGS, RopeScaling
 
 FACTOR = option(2.0, "the target context over the trained one (s >= 1)", bounds=">= 1")
@@ -33,6 +33,13 @@ def _options(scaling: type[RopeScaling]) -> list[tuple]:
         default=f.default, metadata=f.metadata)) for f in dataclasses.fields(scaling) if f.init]
 
 
-for _name, _scaling in SCALINGS.items():
-    if _name != "none":  # the model's own RoPE is no method: leave --method out
-        derived(RopeMethod, f"{_scaling.__name__}Method", _name, _scaling.about, _options(_scaling))
+class _Scalings:
+    """SCALINGS without "none" (the model's own RoPE is no method: leave --method out)."""
+
+    @staticmethod
+    def items():
+        return [(n, c) for n, c in SCALINGS.items() if n != "none"]
+
+
+METHODS.provide(_Scalings, lambda name, scaling: derived(RopeMethod, f"{scaling.__name__}Method", name,
+                                                         scaling.about, _options(scaling)))

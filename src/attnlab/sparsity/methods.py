@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.methods.base import Method, derived
+from attnlab.methods.base import METHODS, Method, derived
 from attnlab.sparsity.registry import RULES, RuleInputs
 
 SHARED = [("keep", float, option(0.5, "share of the MLP's neurons kept per token", bounds="(0, 1]")),
@@ -55,5 +55,5 @@ class SparsityMethod(Method):
         return SparseMLP(model, self.rule(model, ctx), mode=self.mode)
 
 
-for _name, _kind in RULES.items():
-    derived(SparsityMethod, f"{_name.capitalize()}Method", _name, _kind.keeps, SHARED + READS[_kind.reads])
+METHODS.provide(RULES, lambda name, kind: derived(SparsityMethod, f"{name.capitalize()}Method", name, kind.keeps,
+                                                 SHARED + READS[kind.reads]))
