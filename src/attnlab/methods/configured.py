@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
 from attnlab.experiments.config import check_fields
-from attnlab.methods.base import Method, load, parse_list
+from attnlab.methods.base import KINDS, Method, load, parse_list
 from attnlab.methods.stack import ordered
 
 
@@ -45,10 +46,14 @@ def legacy(cfg: Any) -> list[Method]:
     return out
 
 
-def configured(cfg: Any) -> list[Method]:
+def configured(cfg: Any, accepts: tuple[str, ...] = KINDS, why: str = "") -> list[Method]:
     """``cfg``'s methods in the stack's order: its ``--method`` list, then its older flags' methods of the
-    kinds ``--method`` did not give; two of one kind in ``--method`` refused in one line."""
+    kinds ``--method`` did not give; two of one kind in ``--method`` refused in one line, and so is a kind the
+    command cannot apply (``accepts``; ``why`` says why not)."""
     given = ordered(parse_list(getattr(cfg, "methods", ())))
+    if refused := [m for m in given if m.kind not in accepts]:
+        raise UsageError(f"--method {refused[0].spec()}: "
+                         + (why or f"this command does not apply {refused[0].kind} methods"))
     kinds = {m.kind for m in given}
     return ordered(given + [m for m in legacy(cfg) if m.kind not in kinds])
 
