@@ -157,3 +157,18 @@ def test_an_evicting_policy_changes_generate_and_its_handle_makes_caches():
 def test_a_rule_that_calibrates_needs_the_tokenizer():
     with pytest.raises(UsageError, match="give the model's tokenizer"), attnlab.apply(tiny("llama"), "cats"):
         pass
+
+
+def test_the_readmes_example_runs_on_a_hugging_face_model():
+    """The README's Python lines, as printed, on a tiny llama: generate runs through the methods, and the model
+    is itself again after the block."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    (code,) = re.findall(r"## Methods, composed.*?```python\n(.*?)```", readme, re.S)
+    model, ids = tiny("llama"), random_ids(T, seed=6)[None]
+    before = _logits(model, ids)
+    scope = {"model": model, "ids": ids}
+    exec(code, scope)  # noqa: S102 -- the README's own lines
+    assert T < scope["out"].shape[1] <= T + 64 and torch.equal(_logits(model, ids), before)
