@@ -91,4 +91,4 @@ def _options(policy: type[KVPolicy]) -> list[tuple]:
 
 
 METHODS.provide(POLICIES, lambda name, policy: derived(KVMethod, f"{policy.__name__}Method", name, policy.about,
-                                                      _options(policy)))
+                                                      _options(policy)), "kv")

@@ -85,31 +85,41 @@ class MethodRegistry:
     does (``get`` with a did-you-mean, ``names``, ``items``, ``in``)."""
 
     def __init__(self):
-        self._providers: list[tuple[Registry, Callable[[str, Any], type[Method]]]] = []
+        self._providers: list[tuple[Registry, Callable[[str, Any], type[Method]], str]] = []
         self._own: Registry[type[Method]] = Registry("method")
-        self._made: dict[tuple[str, int], type[Method]] = {}
+        self._made: dict[tuple[str, int], type[Method] | None] = {}
 
-    def provide(self, registry: Registry, make: Callable[[str, Any], type[Method]]) -> None:
-        self._providers.append((registry, make))
+    def provide(self, registry: Registry, make: Callable[[str, Any], type[Method] | None], kind: str) -> None:
+        """``registry``'s entries are methods of ``kind``, each class made by ``make(name, entry)`` (None: that
+        entry is no method)."""
+        self._providers.append((registry, make, kind))
 
     def add(self, cls: type[Method]) -> type[Method]:
         return self._own.add(cls.name, cls)
 
     def _all(self) -> dict[str, type[Method]]:
         out: dict[str, type[Method]] = {}
-        for registry, make in self._providers:
+        for registry, make, _ in self._providers:
             for name, item in registry.items():
                 key = (name, id(item))  # made once per entry; an entry replaced (a test's) is made anew
                 if key not in self._made:
                     self._made[key] = make(name, item)
+                if self._made[key] is None:  # an entry that is no method (the model's own RoPE)
+                    continue
                 if name in out:  # "--method NAME" must mean one thing
                     raise ValueError(f"method name {name!r} is both a {out[name].kind} and a {self._made[key].kind} "
                                      "method: rename one")
                 out[name] = self._made[key]
         return {**out, **dict(self._own.items())}
 
-    def get(self, name: str) -> type[Method]:
+    def get(self, name: str, kind: str | None = None) -> type[Method]:
+        """The method ``name``; with ``kind``, one of that kind, an unknown name refused in its own registry's
+        words (``--quant int3``: "unknown weight quantization 'int3': did you mean 'int8'?")."""
         found = self._all()
+        if kind is not None and (name not in found or found[name].kind != kind):
+            for registry, _, k in self._providers:
+                if k == kind and isinstance(registry, Registry):
+                    registry.get(name)  # raises its own one line
         if name not in found:
             close = difflib.get_close_matches(str(name), list(found), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""

@@ -20,8 +20,8 @@ def methods_option() -> Any:
                   metavar="NAME[:KEY=VALUE,...]", repeat=True, separator=";")
 
 
-def _build(name: str, values: dict[str, Any]) -> Method:
-    cls = load().get(name)
+def _build(name: str, kind: str, values: dict[str, Any]) -> Method:
+    cls = load().get(name, kind)
     known = {f.name for f in cls.options()}
     method = cls(**{k: v for k, v in values.items() if k in known})
     check_fields(method)  # the bounds the options declare, as --method's parser checks them
@@ -34,14 +34,14 @@ def legacy(cfg: Any) -> list[Method]:
     get = lambda key, default=None: getattr(cfg, key, default)  # noqa: E731
     out = []
     if get("quant"):
-        out.append(_build(cfg.quant, {}))
+        out.append(_build(cfg.quant, "weights", {}))
     if get("rope") not in (None, "", "none"):
-        out.append(_build(cfg.rope, {"factor": float(cfg.rope_factor)}))
+        out.append(_build(cfg.rope, "rope", {"factor": float(cfg.rope_factor)}))
     if get("sparsity"):
-        out.append(_build(cfg.sparsity, {k: get(k) for k in ("keep", "calibration", "calibration_tokens",
+        out.append(_build(cfg.sparsity, "mlp", {k: get(k) for k in ("keep", "calibration", "calibration_tokens",
                                                             "predictors") if get(k) is not None}))
     if get("policy"):
-        out.append(_build(cfg.policy, {k: get(k) for k in ("budget", "n_sink", "recent", "positions")
+        out.append(_build(cfg.policy, "kv", {k: get(k) for k in ("budget", "n_sink", "recent", "positions")
                                        if hasattr(cfg, k)}))
     return out
 

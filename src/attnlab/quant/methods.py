@@ -19,5 +19,6 @@ class WeightsMethod(Method):
         return QuantizedWeights(model, self.name, lm_head=self.lm_head)
 
 
+LM_HEAD = ("lm_head", bool, option(True, "quantize the LM head too"))
 METHODS.provide(SCHEMES, lambda name, scheme: derived(WeightsMethod, f"{name.capitalize()}Method", name, scheme.about,
-                                                     [("lm_head", bool, option(True, "quantize the LM head too"))]))
+                                                     [LM_HEAD]), "weights")

@@ -33,13 +33,6 @@ def _options(scaling: type[RopeScaling]) -> list[tuple]:
         default=f.default, metadata=f.metadata)) for f in dataclasses.fields(scaling) if f.init]
 
 
-class _Scalings:
-    """SCALINGS without "none" (the model's own RoPE is no method: leave --method out)."""
-
-    @staticmethod
-    def items():
-        return [(n, c) for n, c in SCALINGS.items() if n != "none"]
-
-
-METHODS.provide(_Scalings, lambda name, scaling: derived(RopeMethod, f"{scaling.__name__}Method", name,
-                                                         scaling.about, _options(scaling)))
+# the model's own RoPE ("none") is no method: --method leaves it out
+METHODS.provide(SCALINGS, lambda name, scaling: None if name == "none" else derived(
+    RopeMethod, f"{scaling.__name__}Method", name, scaling.about, _options(scaling)), "rope")

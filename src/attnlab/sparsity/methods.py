@@ -56,4 +56,4 @@ class SparsityMethod(Method):
 
 
 METHODS.provide(RULES, lambda name, kind: derived(SparsityMethod, f"{name.capitalize()}Method", name, kind.keeps,
-                                                 SHARED + READS[kind.reads]))
+                                                 SHARED + READS[kind.reads]), "mlp")
