@@ -212,6 +212,7 @@ def test_a_method_replaces_the_older_flags_of_its_kind_and_equals_them(setup, tm
     common = ["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--no-dense"]
     assert main(common + ["--policy", "sinks", "--budget", "8", "--n-sink", "2", "--positions", "original",
                           "--out", str(tmp_path / "old")]) == 0
-    assert main(common + ["--policy", "h2o", "--method", "sinks:budget=8,n_sink=2", "--out", str(tmp_path / "new")]) == 0
+    assert main(common + ["--policy", "h2o", "--method", "sinks:budget=8,n_sink=2",
+                          "--out", str(tmp_path / "new")]) == 0
     old, new = (json.loads((tmp_path / d / "nll.json").read_text()) for d in ("old", "new"))
     assert old == new and list(new) == ["sinks(2)+window(budget=8)"]

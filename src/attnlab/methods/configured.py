@@ -57,7 +57,3 @@ def configured(cfg: Any, accepts: tuple[str, ...] = KINDS, why: str = "") -> lis
     kinds = {m.kind for m in given}
     return ordered(given + [m for m in legacy(cfg) if m.kind not in kinds])
 
-
-def row_name(methods: list[Method]) -> str:
-    """A table's row name for ``methods``: their specs joined by " + " (``dense`` for none)."""
-    return " + ".join(m.spec() for m in methods) or "dense"
