@@ -11,7 +11,7 @@ HF = {"transformers", "tokenizers", "datasets", "huggingface_hub", "safetensors"
 # The named adapter modules: the only files that import a Hugging Face library.
 ADAPTERS = {
     "models/arch.py", "models/causal_lm.py", "models/pretrained.py", "models/tokenizer.py", "models/trace.py",
-    "models/cli.py", "models/fetch.py", "models/variants.py", "evals/passkey.py", "data/hub.py",
+    "models/cli.py", "models/fetch.py", "models/known.py", "models/variants.py", "evals/passkey.py", "data/hub.py",
     "kv/cache.py", "kv/layer.py", "kv/attention.py",  # the Cache, its layers and the attention that reads them
     "sparsity/predictor_store.py",  # saves Deja Vu's predictors as safetensors (the format, not transformers)
     "sparsity/speed.py",  # times greedy decode through transformers' DynamicCache

@@ -16,6 +16,7 @@ from attnlab.sparsity.registry import RULES, RuleKind
 from attnlab.sweep.grid import make_grid
 
 NAME = "throwaway-oldest"  # a name no real item has
+RULE = "throwaway-rule"  # the rule's: a method name is one method's, whatever its kind
 
 
 @dataclass(frozen=True)
@@ -52,28 +53,32 @@ def throwaways(monkeypatch):
 
     load_probes()  # the real probes first, so that the throwaway is one among them
     monkeypatch.setitem(POLICIES._items, NAME, KeepOldest)
-    monkeypatch.setitem(RULES._items, NAME, RuleKind(NAME, "a throwaway rule: the oracle's set", "nothing",
+    monkeypatch.setitem(RULES._items, RULE, RuleKind(RULE, "a throwaway rule: the oracle's set", "nothing",
                                                       "attnlab.sparsity.rules:Oracle",
                                                       "attnlab.sparsity.measure:uncalibrated"))
     monkeypatch.setitem(PROBES._items, NAME, CountTokens)
 
 
 # command, the config key that names the item, a grid value of the key with the throwaway in it
-CASES = [("stream", "policy", f"sinks;{NAME}"), ("sparsity", "rule", f"oracle;{NAME}"),
+CASES = [("stream", "policy", f"sinks;{NAME}"), ("sparsity", "rule", f"oracle;{RULE}"),
          ("probe", "probes", f"sinks;{NAME}")]
+# a policy or rule is a method at once (attnlab.methods reads their registries): --method takes it everywhere
+METHOD_CASES = [("stream", f"h2o:budget=8;{NAME}:budget=8"), ("eval", f"h2o:budget=8;{NAME}:budget=8"),
+                ("eval", f"oracle;{RULE}:keep=0.25")]
 
 
 @pytest.mark.parametrize("command, key, axis", CASES)
 def test_a_registered_name_reaches_help_validation_and_sweep(throwaways, capsys, command, key, axis):
+    name = axis.split(";")[1]
     with pytest.raises(SystemExit) as done:
         main([command, "--help"])
-    assert done.value.code == 0 and NAME in capsys.readouterr().out  # --help lists it
+    assert done.value.code == 0 and name in capsys.readouterr().out  # --help lists it
 
     exp = registry.get(command)
-    cfg = runner.resolve_config(exp, {key: NAME}, None, False)  # validation takes it
-    assert NAME in (getattr(cfg, key) if isinstance(getattr(cfg, key), tuple) else (getattr(cfg, key),))
+    cfg = runner.resolve_config(exp, {key: name}, None, False)  # validation takes it
+    assert name in (getattr(cfg, key) if isinstance(getattr(cfg, key), tuple) else (getattr(cfg, key),))
     with pytest.raises(UsageError, match="did you mean"):  # and still refuses a misspelt one
-        runner.resolve_config(exp, {key: NAME + "x"}, None, False)
+        runner.resolve_config(exp, {key: name + "x"}, None, False)
 
     cells = make_grid(exp.name, exp.config_cls, [f"{key}={axis}"], {}, None, False).cells()
     assert [c.overrides[key] for c in cells] == axis.split(";")  # a sweep's cells name it
@@ -87,3 +92,19 @@ def test_without_the_registration_the_name_is_refused_everywhere(capsys):
             runner.resolve_config(registry.get(command), {key: NAME}, None, False)
         assert main([command, "--out", "unused", f"--{key}", NAME]) == 2
         assert NAME in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, axis", METHOD_CASES)
+def test_a_registered_name_is_a_method_in_help_validation_and_sweep(throwaways, capsys, command, axis):
+    spec = axis.split(";")[1]
+    name = spec.partition(":")[0]
+    assert main(["methods"]) == 0 and name in capsys.readouterr().out  # `attnlab methods` lists it
+    exp = registry.get(command)
+    cfg = runner.resolve_config(exp, {"methods": spec}, None, False)
+    assert name in [m.name for m in cfg.methods_applied()]
+    with pytest.raises(UsageError, match="did you mean"):
+        runner.resolve_config(exp, {"methods": spec.replace(name, name + "x")}, None, False)
+    cells = make_grid(exp.name, exp.config_cls, [f"methods={axis}"], {}, None, False).cells()
+    assert [c.overrides["methods"] for c in cells] == axis.split(";")
+    for cell in cells:
+        runner.resolve_config(exp, cell.overrides, None, False)

@@ -10,7 +10,7 @@ from attnlab.core.errors import UsageError
 from attnlab.evals.longppl import long_ppl, window_ends
 from attnlab.evals.passkey import PasskeyPrompts, answer_of, check_fits, passkey_cases, retrieve
 from attnlab.rope.apply import ScaledRope
-from attnlab.rope.scalings import make_scaling
+from attnlab.rope.scalings import SCALINGS, make_scaling
 from tiny_models import byte_tokenizer, save_gpt2, tiny_llama
 
 
@@ -184,6 +184,44 @@ def test_longppl_command_writes_a_curve_per_scaling(folder, tmp_path, capsys):
     _is_a_run(out, "longppl", lines)
 
 
+@pytest.mark.slow
+def test_longppl_enters_its_methods_around_every_curve_and_a_rope_method_replaces_scalings(folder, tmp_path):
+    """`longppl --method oracle:keep=0.5` is each curve under SparseMLP by hand; `--method yarn:...,beta_fast=8`
+    is the one curve, YaRN with that option."""
+    import json
+
+    from attnlab.cli import main
+    from attnlab.evals.inputs import load_model, text_ids
+    from attnlab.experiments.runner import RunContext
+    from attnlab.rope.compare import longppl_by_scaling
+    from attnlab.sparsity.mlp import SparseMLP
+    from attnlab.sparsity.rules import Oracle
+
+    model_dir, text = folder
+    common = ["longppl", "--model", str(model_dir), "--text", str(text), "--lengths", "32,64", "--stride", "16",
+              "--windows", "2"]
+    assert main(common + ["--scalings", "none,ntk", "--method", "oracle:keep=0.5", "--out", str(tmp_path / "a")]) == 0
+    assert main(common + ["--method", "yarn:factor=2,beta_fast=8", "--out", str(tmp_path / "b")]) == 0
+    a, b = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("a", "b"))
+    model, tok = load_model(str(model_dir))
+    ids, ctx = text_ids(tok, str(text), 128), RunContext(out=None, show_progress=False)
+    with SparseMLP(model, Oracle(0.5)):
+        hand = longppl_by_scaling(model, ids, [make_scaling("none"), make_scaling("ntk", 2.0)], [32, 64], 16, 2, ctx)
+    assert a["ppl"] == {k: {str(n): c.ppl(n) for n in c.lengths} for k, c in hand.items()}
+    assert a["methods"] == ["oracle"] and list(b["ppl"]) == ["yarn(s=2)"]
+    yarn8 = longppl_by_scaling(model, ids, [SCALINGS.get("yarn")(2.0, 8.0)], [32, 64], 16, 2, ctx)["yarn(s=2)"]
+    assert b["ppl"]["yarn(s=2)"] == {str(n): yarn8.ppl(n) for n in yarn8.lengths}
+
+
+def test_rope_zero_shot_takes_no_rope_method_its_claims_compare_scalings_with_none():
+    from attnlab.experiments.config import resolve
+    from attnlab.rope.experiments import ZeroShotConfig
+
+    with pytest.raises(UsageError, match="compares each of --scalings with none"):
+        resolve(ZeroShotConfig, {"methods": "yarn"})
+    assert [m.spec() for m in resolve(ZeroShotConfig, {"methods": "int8"}).methods_applied()] == ["int8"]
+
+
 def test_the_evaluations_are_functions_of_the_model(folder):
     """The commands' numbers are the evaluation of the model with the scaling wrapped around it by the
     caller: long_ppl / passkey_grid know nothing of RoPE."""
@@ -236,6 +274,8 @@ def test_zero_windows_score_every_stride():
     ("longppl", ["--lengths", "abc"], "--lengths abc: expected a value of type int"),
     ("longppl", ["--windows", "two"], "--windows two: expected a value of type int"),
     ("longppl", ["--tokens", "none", "--lengths", "0"], "--lengths 0: give positive token counts"),
+    ("longppl", ["--method", "h2o:budget=8"], "run without an evicting cache, so KV methods do not apply"),
+    ("passkey", ["--method", "yarn:factor=0.5"], "need factor >= 1"),
 ])
 def test_rope_commands_bad_input_is_one_line_exit_2(folder, tmp_path, capsys, cmd, argv, message):
     from attnlab.cli import main

@@ -160,7 +160,7 @@ def test_list_follows_the_talk(capsys):
 
 
 @pytest.mark.parametrize("module, part", [
-    ("attnlab.theory.scansnap.experiments", "Scan&Snap"), ("attnlab.theory.joma.exp_ode", "JoMA"),
+    ("attnlab.theory.scansnap.experiments", "Scan&Snap"), ("attnlab.theory.joma.exp_ode_linear", "JoMA"),
     ("attnlab.train.exp_fig7", "real text"), ("attnlab.kv.experiments", "KV-cache policies"),
     ("attnlab.rope.exp_pi_finetune", "RoPE scaling"), ("attnlab.sparse.experiments", "sparse"),
     ("attnlab.lens.deep.exp_x", "lens"), ("attnlab.probes.experiments", "probes: inside a pretrained model")])
@@ -170,7 +170,7 @@ def test_the_part_of_the_talk_follows_the_module(module, part):
 
 def test_experiments_are_discovered_not_listed():
     modules = registry.experiment_modules()
-    assert {"attnlab.theory.scansnap.experiments", "attnlab.theory.joma.exp_ode", "attnlab.train.exp_fig7",
+    assert {"attnlab.theory.scansnap.experiments", "attnlab.theory.joma.exp_ode_linear", "attnlab.train.exp_fig7",
             "attnlab.kv.experiments", "attnlab.rope.experiments", "attnlab.rope.exp_pi_finetune"} <= set(modules)
     assert all(m.rsplit(".", 1)[1] == "experiments" or m.rsplit(".", 1)[1].startswith("exp_") for m in modules)
     assert not hasattr(registry, "EXPERIMENT_MODULES")

@@ -196,3 +196,19 @@ def test_two_at_a_time_gives_the_same_claims_in_the_talks_order(tmp_path, capsys
 def test_jobs_below_one_is_one_line_and_exit_2(tmp_path, capsys):
     code, out, err = _demo(capsys, "--jobs", "0", "--out", tmp_path / "d")  # _demo's --jobs 1 is overridden
     assert code == 2 and "--jobs 0" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "d").exists()
+
+
+def test_the_summary_says_which_experiments_decided_no_claim(fakes, tmp_path, capsys):
+    """A reader sees at once where the demo has no verdict: an experiment whose claims are all unresolved or
+    findings is named; with a verdict everywhere, the summary says so."""
+    fakes("a-kv", "attnlab.kv.exp_fake")
+    fakes("b-joma", "attnlab.theory.joma.exp_fake",
+          [check("b1", 1.0, 1.0, 0.1, interval=(0.8, 1.05), n=8), finding("b2", 3.0)])
+    _demo(capsys, "--out", tmp_path / "d")
+    report = (tmp_path / "d" / "report.md").read_text()
+    assert "No claim decided in 1 of 2 experiments: b-joma." in report
+    assert "No claim decided in 1 of 2 experiments: b-joma." in (tmp_path / "d" / "index.html").read_text()
+    fakes("c-scansnap", "attnlab.theory.scansnap.experiments", erratum(check("p", 0, 1, 0), check("c", 1, 1, 0)))
+    registry.EXPERIMENTS._items.pop("b-joma")
+    _demo(capsys, "--out", tmp_path / "e")
+    assert "Every experiment decided at least one claim." in (tmp_path / "e" / "report.md").read_text()

@@ -53,7 +53,7 @@ def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config == {"experiment": "stream", "model": str(model), "text": str(text), "tokens": 40, "policy": "window",
                       "budget": 8, "n_sink": 4, "recent": None, "positions": "rolling", "chunk": 1,
-                      "recompute": False, "dense": False, "quant": "", "device": "cpu"}
+                      "recompute": False, "dense": False, "quant": "", "methods": [], "device": "cpu"}
     m = json.loads((out / "metrics.json").read_text())
     assert m["experiment"] == "stream" and m["claims"] == [] and m["claim_counts"]["holds"] == 0
     assert m["command"].startswith("attnlab stream --model") and list(m["runs"]) == ["window(budget=8)"]
@@ -86,6 +86,9 @@ def test_stream_into_an_out_that_cannot_be_replaced(setup, tmp_path, capsys, mon
     (["--model", "nowhere/at/all/x"], "no such"),
     (["--tokens", "1"], "--tokens 1"),
     (["--chunk", "0"], "--chunk 0"),
+    (["--method", "h2o:budget=0.2,recnt=3"], "did you mean 'recent'"),
+    (["--method", "window:budget=8", "--method", "sinks:budget=8"], "one KV-cache policy at a time"),
+    (["--method", "yarn:factor=0"], "need factor >= 1"),
 ])
 def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, message):
     model, text = setup
@@ -170,3 +173,46 @@ def test_streaming_ppl_long_stream_settings_are_checked_before_any_run(setup, tm
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (out / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_stream_composes_a_method_of_every_kind_as_nesting_them_by_hand_does(setup, tmp_path):
+    """`attnlab stream --method int8 --method cats:... --method yarn:factor=2 --method h2o:budget=0.2` streams
+    through exactly the model the four context managers give when nested by hand in the stack's order."""
+    from attnlab.evals.inputs import load_model, text_ids
+    from attnlab.quant.transform import QuantizedWeights
+    from attnlab.rope.apply import ScaledRope
+    from attnlab.rope.scalings import make_scaling
+    from attnlab.sparsity.measure import rule_builder
+    from attnlab.sparsity.mlp import SparseMLP
+
+    model_dir, text = setup
+    cats = f"cats:keep=0.5,calibration={text},calibration_tokens=48"
+    argv = ["stream", "--model", str(model_dir), "--text", str(text), "--tokens", "40", "--no-dense",
+            "--method", "h2o:budget=0.2", "--method", cats, "--method", "int8", "--method", "yarn:factor=2",
+            "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    # in the stack's order, each spelled with the options that differ from its defaults (keep 0.5 is cats')
+    assert m["methods"] == ["int8", "yarn", cats.replace("keep=0.5,", ""), "h2o:budget=0.2"]
+    assert m["positions"] == "original"
+    got = json.loads((tmp_path / "run" / "nll.json").read_text())["h2o(budget=0.2, recent=budget/2)"]
+    model, tok = load_model(str(model_dir))
+    ids = text_ids(tok, str(text), 40)
+    with QuantizedWeights(model, "int8"), ScaledRope(model, make_scaling("yarn", 2.0)):
+        rule = rule_builder(model, "cats", text_ids(tok, str(text), 48))(0.5)
+        with SparseMLP(model, rule):
+            by_hand = stream_nll(model, ids, PolicyCache(model, make_policy("h2o", 0.2), "original")).nll
+    assert got == by_hand.round(5).tolist()
+
+
+@pytest.mark.slow
+def test_a_method_replaces_the_older_flags_of_its_kind_and_equals_them(setup, tmp_path):
+    model, text = setup
+    common = ["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--no-dense"]
+    assert main(common + ["--policy", "sinks", "--budget", "8", "--n-sink", "2", "--positions", "original",
+                          "--out", str(tmp_path / "old")]) == 0
+    assert main(common + ["--policy", "h2o", "--method", "sinks:budget=8,n_sink=2",
+                          "--out", str(tmp_path / "new")]) == 0
+    old, new = (json.loads((tmp_path / d / "nll.json").read_text()) for d in ("old", "new"))
+    assert old == new and list(new) == ["sinks(2)+window(budget=8)"]

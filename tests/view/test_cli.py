@@ -10,7 +10,7 @@ from attnlab.kv.policies import make_policy
 from attnlab.view.pack import unblob, unpack_head
 from attnlab.view.replay import replay
 from tiny_models import save_hf
-from view.conftest import BUDGET, CHUNK, POLICIES, TOKENS, page_data
+from view.conftest import BUDGET, CHUNK, POLICIES, TEXT, TOKENS, page_data
 
 
 def test_the_page_carries_the_quantised_attention_of_every_head(view):
@@ -106,3 +106,26 @@ def test_an_attnlab_train_run_folder_is_a_model(view, tmp_path):
     d = page_data(out.read_text(encoding="utf-8"))
     assert d["model"] == str(run) and d["T"] == len("the cat sat")  # a byte tokenizer: a token per character
     assert [r["label"] for r in d["replays"]] == ["sinks 4+2"]
+
+
+def test_methods_draw_the_page_under_them_and_a_kv_method_is_one_more_replay(view, tmp_path):
+    """`--method int8` draws every map and replay on the int8 model, as build_view under QuantizedWeights by hand
+    does; `--method tova:budget=12,heads=each` is one more replay, with its option."""
+    from attnlab.quant.transform import QuantizedWeights
+    from attnlab.view.build import build_view
+
+    out = tmp_path / "m.html"
+    argv = ["view", "--model", str(view.folder), "--text", TEXT, "--tokens", str(TOKENS), "--policies", "sinks",
+            "--budgets", str(BUDGET), "--chunk", str(CHUNK), "--method", "int8", "--method",
+            f"tova:budget={BUDGET},heads=each", "--out", str(out)]
+    assert main(argv) == 0
+    d = page_data(out.read_text(encoding="utf-8"))
+    assert [r["policy"] for r in d["replays"]] == ["sinks", "tova"]
+    with QuantizedWeights(view.model, "int8"):
+        hand = page_data(build_view(view.model, view.tok, view.ids, [make_policy("sinks", BUDGET, n_sink=4),
+                                    make_policy("tova", BUDGET, heads="each")], CHUNK,
+                                    {"model": str(view.folder), "text": "the given text",
+                                     "methods": ["int8", f"tova:budget={BUDGET},heads=each"]}))
+    assert d == hand
+    assert d["methods"] == ["int8", f"tova:budget={BUDGET},heads=each"]
+    assert d["attention"] != view.data["attention"]  # the maps are the int8 model's, not the float one's

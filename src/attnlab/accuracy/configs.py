@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from attnlab.accuracy.tasks import TASKS
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.quant.options import check_quant, quant_option
+from attnlab.methods.configured import configured, methods_option
+from attnlab.quant.options import quant_option
 from attnlab.sparsity.registry import RULES
 
 
@@ -51,6 +52,7 @@ class EvalRun:
     rope: str = option("", "RoPE scaling applied while answering: {choices} (default: none)", choices=_scalings)
     rope_factor: float = option(2.0, "--rope's factor (trained window x factor)")
     quant: str = quant_option()
+    methods: tuple[str, ...] = methods_option()
 
     def __post_init__(self):
         for name in self.tasks:
@@ -65,26 +67,24 @@ class EvalRun:
             raise UsageError(f"--chunk {self.chunk}: feed at least 1 token per forward")
         if self.positions not in ("original", "rolling"):
             raise UsageError(f"--positions {self.positions}: choose original or rolling")
-        if self.policy:
-            self.make_policy()  # unknown policy, impossible budget (smaller than the sinks): refused here
-        if self.sparsity:
-            from attnlab.sparsity.rules import keep_count
+        self.methods_applied()  # unknown names, impossible budgets, two of a kind: refused before any model loads
 
-            RULES.get(self.sparsity)
-            keep_count(1, self.keep)
-        check_quant(self.quant)
-        if self.rope:
-            from attnlab.rope.scalings import make_scaling
+    def methods_applied(self) -> list:
+        """The methods this run applies: ``--method``, and the older flags' of the kinds it does not give."""
+        return configured(self)
 
-            make_scaling(self.rope, self.rope_factor)
+    def kv_method(self):
+        """The KV method the context streams through (None: the dense cache)."""
+        return next((m for m in self.methods_applied() if m.kind == "kv"), None)
 
     def make_policy(self):
-        from attnlab.kv.policies import make_policy
-
-        return make_policy(self.policy, self.budget, self.n_sink, self.recent) if self.policy else None
+        kv = self.kv_method()
+        return kv.policy() if kv else None
 
     def method(self) -> str:
-        """The methods applied, as a table's row name (``dense`` when none)."""
+        """The methods applied, as a table's row name (``dense`` when none); ``--method`` runs by their specs."""
+        if self.methods:
+            return " + ".join(m.spec() for m in self.methods_applied()) or "dense"
         parts = [self.quant] if self.quant else []
         if self.policy:
             b = f"{self.budget:g}" if isinstance(self.budget, float) else str(self.budget)

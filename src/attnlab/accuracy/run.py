@@ -2,8 +2,8 @@
 
 ``evaluate`` is the library function the ``eval`` and ``accuracy-table`` experiments share: it checks the
 task files (one line naming file and line for a bad item), builds lm-eval's task configs, enters the
-methods (a contextual-sparsity rule, a RoPE scaling: context managers that restore the model; the KV
-policy lives in the ``LM``'s cache) and runs ``lm_eval.simple_evaluate`` with :class:`EvictingLM`.
+methods through the one stack (:mod:`attnlab.methods`: restored on exit; the KV policy lives in the
+``LM``'s cache) and runs ``lm_eval.simple_evaluate`` with :class:`EvictingLM`.
 """
 from __future__ import annotations
 
@@ -51,38 +51,12 @@ def request_count(cfg: EvalRun) -> int:
     return sum(sum(options[t.name][:cfg.limit]) for t in tasks)
 
 
-@contextlib.contextmanager
 def methods(cfg: EvalRun, model, tok, device: str, progress):
-    """The weight, MLP and RoPE methods of ``cfg`` entered on ``model`` (restored on exit); the KV policy is the
-    LM's."""
-    with contextlib.ExitStack() as stack:
-        if cfg.quant:  # first: SparseMLP inside it gathers the int8 rows
-            from attnlab.quant.transform import QuantizedWeights
+    """``cfg``'s methods entered on ``model`` by the one stack (restored on exit); the KV method's cache is the
+    LM's, one per request."""
+    from attnlab.methods import Context, apply
 
-            stack.enter_context(QuantizedWeights(model, cfg.quant))
-        if cfg.sparsity:
-            from attnlab.sparsity.mlp import SparseMLP
-
-            stack.enter_context(SparseMLP(model, sparsity_rule(cfg, model, tok, device, progress)))
-        if cfg.rope not in ("", "none"):
-            from attnlab.rope.apply import ScaledRope
-            from attnlab.rope.scalings import make_scaling
-
-            stack.enter_context(ScaledRope(model, make_scaling(cfg.rope, cfg.rope_factor)))
-        yield
-
-
-def sparsity_rule(cfg: EvalRun, model, tok, device: str, progress):
-    """``cfg.sparsity`` at ``cfg.keep``, built as its registry entry says (calibrated, or saved predictors)."""
-    from attnlab.evals.inputs import text_ids
-    from attnlab.sparsity.registry import RULES, RuleInputs
-
-    kind = RULES.get(cfg.sparsity)
-    calib = None
-    if kind.reads == "calibration":
-        calib = text_ids(tok, cfg.calibration, cfg.calibration_tokens, "--calibration PATH").to(device)
-    inputs = RuleInputs(calib, 512, progress, cfg.model, cfg.predictors, "lookahead", None)
-    return kind.build(model, inputs)(cfg.keep)
+    return apply(model, *cfg.methods_applied(), ctx=Context(tok, device, progress, cfg.model))
 
 
 def evaluate(cfg: EvalRun, model, tok, device: str = "cpu", progress=None) -> dict:
@@ -108,7 +82,8 @@ def _one_task(cfg: EvalRun, task: Task, folder: Path, options: list[int], model,
 
     from attnlab.accuracy.lm import EvictingLM
 
-    lm = EvictingLM(model, tok, cfg.make_policy(), cfg.positions, cfg.chunk, progress)
+    kv = cfg.kv_method()
+    lm = EvictingLM(model, tok, kv.policy() if kv else None, kv.positions if kv else "original", cfg.chunk, progress)
     t0 = time.perf_counter()
     with contextlib.redirect_stderr(io.StringIO()), _lean_lm_eval():  # lm-eval's progress bars hidden; ours shows
         out = evaluator.simple_evaluate(model=lm, tasks=[task_config(task, folder, cfg.shots)],

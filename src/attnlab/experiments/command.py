@@ -20,7 +20,7 @@ from attnlab.experiments import config as config_mod
 
 def option(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
            repeat: bool = False, choices: Callable[[], list[str]] | None = None, bounds: str | None = None,
-           allow_nonfinite: bool = False) -> Any:
+           allow_nonfinite: bool = False, separator: str | None = None) -> Any:
     """A config field with its command-line help: ``tokens: int = option(2048, "stream length", bounds=">= 2")``.
 
     ``flag`` renames the flag (default ``--field-name``); ``repeat`` makes it a repeatable flag whose
@@ -28,9 +28,10 @@ def option(default: Any, help: str, *, flag: str | None = None, metavar: str | N
     names, listed in ``--help`` only when help is printed (a registry may import PyTorch). ``bounds``: the
     range of a number (each of a tuple's), as :func:`attnlab.core.errors.within` reads it, checked with the
     flag, ``--set`` and every ``--grid`` cell alike. NaN and infinity are refused in every field unless
-    ``allow_nonfinite`` (a field where ``inf`` means "no limit", say)."""
+    ``allow_nonfinite`` (a field where ``inf`` means "no limit", say). ``separator``: what ``--set`` splits a
+    tuple's items at (default ","; ";" for items that hold commas, as ``methods`` do)."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "repeat": repeat, "choices": choices, "bounds": bounds,
-            "allow_nonfinite": allow_nonfinite}
+            "allow_nonfinite": allow_nonfinite, "separator": separator}
     return dataclasses.field(default=default, metadata=meta)
 
 

@@ -32,8 +32,9 @@ def to_json(cfg: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
-def _parse(text: str, typ: Any, where: str) -> Any:
-    """``text`` read as ``typ``; ``where`` is how the user wrote it ("--set key=text", "--flag text")."""
+def _parse(text: str, typ: Any, where: str, sep: str = ",") -> Any:
+    """``text`` read as ``typ``; ``where`` is how the user wrote it ("--set key=text", "--flag text"); ``sep``
+    separates a tuple's items (``;`` for items that hold commas themselves, as methods do)."""
     origin = typing.get_origin(typ)
     if origin in (typing.Union, types.UnionType):  # int | float, int | None: the first type that reads it
         options = typing.get_args(typ)
@@ -41,7 +42,7 @@ def _parse(text: str, typ: Any, where: str) -> Any:
             return None
         for option in (t for t in options if t is not type(None)):
             try:
-                return _parse(text, option, where)
+                return _parse(text, option, where, sep)
             except UsageError:
                 pass
         names = " or ".join("none" if t is type(None) else getattr(t, "__name__", str(t)) for t in options)
@@ -49,7 +50,7 @@ def _parse(text: str, typ: Any, where: str) -> Any:
     try:
         if origin is tuple:
             (elem, *_rest) = typing.get_args(typ)
-            return tuple(_parse(t.strip(), elem, where) for t in text.split(",") if t.strip())
+            return tuple(_parse(t.strip(), elem, where) for t in text.split(sep) if t.strip())
         if typ is bool:
             low = text.lower()
             if low in ("1", "true", "yes", "on"):
@@ -91,7 +92,7 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
         if key not in flat:
             raise UsageError(f"unknown config key {key!r}: {did_you_mean(key, flat)}keys are: {', '.join(flat)}")
         wheres[key] = spelled(key, text)
-        values[key] = _parse(text, hints[key], wheres[key])
+        values[key] = _parse(text, hints[key], wheres[key], metas.get(key, {}).get("separator") or ",")
     for key, value in values.items():  # before the config is built: its own checks may not survive a NaN
         check_field(key, value, metas.get(key, {}), wheres.get(key))
     try:

@@ -122,11 +122,18 @@ def _all_claims(runs: list[DemoRun]) -> list:
     return [c for r in runs for c in r.result.claims]
 
 
+def decided_line(runs: list[DemoRun]) -> str:
+    """Whether every experiment decided a claim (it held, failed, or was an erratum), else which did not."""
+    none = [r.name for r in runs if not any(c.status in ("holds", "fails", "erratum") for c in r.result.claims)]
+    return ("Every experiment decided at least one claim." if not none else
+            f"No claim decided in {len(none)} of {len(runs)} experiments: {', '.join(none)}.")
+
+
 def demo_report_md(runs: list[DemoRun], skipped: list[Skipped], seconds: float, settings: str) -> str:
     """The demo as markdown: the summary table, then each part of the talk with its claims."""
     parts = ["# attnlab demo", "",
              f"{describe(tally(_all_claims(runs)))}: {len(runs)} experiments in {seconds:.0f} s ({settings}). "
-             "Open `index.html` for every figure and claim on one page.", "",
+             f"{decided_line(runs)} Open `index.html` for every figure and claim on one page.", "",
              "| experiment | part of the talk | " + " | ".join(HEADS) + " | wall time |",
              "|---|---|" + "---|" * len(HEADS) + "---|"]
     for r in runs:
@@ -273,7 +280,7 @@ def demo_index_html(runs: list[DemoRun], skipped: list[Skipped], seconds: float,
            f"<style>{CSS}</style></head><body><main>",
            "<h1>attnlab demo</h1>",
            f"<p class='lead'><b>{_e(describe(tally(_all_claims(runs))))}</b> · {len(runs)} experiments in "
-           f"{seconds:.0f} s · {_e(settings)}</p>",
+           f"{seconds:.0f} s · {_e(settings)} · {_e(decided_line(runs))}</p>",
            "<p class='legend'>Status: <span class='ok'>holds</span> — the measurement meets the prediction; "
            "<span class='bad'>fails</span> — it does not (the reason is given beside it); "
            "<span class='badge unresolved'>unresolved</span> — its interval (shown beside the measurement, over n "

@@ -20,7 +20,6 @@ from transformers.cache_utils import Cache
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnlab.core.attention import normalise
-from attnlab.core.metrics import received_attention
 from attnlab.models.variants import variant_attention
 
 ATTN_NAME = "attnlab_kv"
@@ -63,9 +62,8 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         if mask is not None:
             logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
         probs = normalise(logits.view(b, hkv * g, q, s), sink, relu).view(b, hkv, g * q, s)
-        if layer.score is not None:
-            # (B, Hkv, S): column sums over the group's heads and queries
-            layer.update_scores(received_attention(probs))
+        if layer.score is not None:  # the policy folds it into the slots' scores
+            layer.update_scores(probs.view(b, hkv, g, q, s))
         out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
     else:
         full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)

@@ -37,12 +37,12 @@ from attnlab.core.errors import UsageError
 from attnlab.kv.attention import ATTN_NAME, BOUND
 from attnlab.kv.attention import register as register_attention
 from attnlab.kv.layer import PolicyLayer
-from attnlab.kv.policies import KVPolicy
+from attnlab.kv.policies import POSITIONS, KVPolicy
 from attnlab.models import arch
 from attnlab.models.rotary import RopeSpec, is_dynamic
 from attnlab.models.variants import sink_token_id
 
-POSITIONS = ("original", "rolling")
+__all__ = ["POSITIONS", "PolicyCache", "check_sink_slot"]
 
 
 def _rolling_rope(model: torch.nn.Module) -> RopeSpec:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from attnlab.experiments.command import option
 from attnlab.experiments.config import check_fields
-from attnlab.quant.options import check_quant, quant_option
+from attnlab.methods.configured import configured, methods_option
+from attnlab.quant.options import quant_option
 
 
 def _policy_names() -> list[str]:
@@ -33,13 +34,16 @@ class StreamRun:
                              "(slow: O(T x budget))")
     dense: bool = option(True, "skip the dense baseline")
     quant: str = quant_option()
+    methods: tuple[str, ...] = methods_option()
 
     def __post_init__(self):
         check_fields(self)  # each option's bounds, NaN and infinity refused (the command line checked them already)
-        self.make_policy()  # an unknown policy or impossible budget: refused before any work
-        check_quant(self.quant)
+        self.methods_applied()  # an unknown method, an impossible budget, two of a kind: refused before any work
+
+    def methods_applied(self) -> list:
+        """The methods this run applies: ``--method``, with ``--policy ...`` as the KV method unless a ``--method``
+        gives one (``attnlab.methods.configured``)."""
+        return configured(self)
 
     def make_policy(self):
-        from attnlab.kv.policies import make_policy
-
-        return make_policy(self.policy, self.budget, self.n_sink, self.recent)  # full ignores the budget
+        return next(m for m in self.methods_applied() if m.kind == "kv").policy()

@@ -13,19 +13,24 @@ from attnlab.kv.configs import StreamRun
           demo=False)
 def run_stream(cfg: StreamRun, ctx) -> Result:
     """The policy's stream, the dense one and (on request) the recomputed window: NLL, bytes, speed."""
-    from attnlab.evals.inputs import load_stream
+    from attnlab.evals.inputs import load_model, text_ids, with_sink
     from attnlab.evals.streaming import recompute_nll, stream_nll
     from attnlab.kv.cache import PolicyCache, check_sink_slot
     from attnlab.kv.plots import stream_figure
     from attnlab.kv.policies import make_policy
-    from attnlab.quant.transform import quantized
+    from attnlab.methods import Context, apply
 
-    policy = cfg.make_policy()
-    model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx.device, fix="--text PATH")
+    methods = cfg.methods_applied()
+    kv = next(m for m in methods if m.kind == "kv")
+    policy = kv.policy()
+    model, tok = load_model(cfg.model, ctx.device)
+    ids = with_sink(model, text_ids(tok, cfg.text, cfg.tokens, "--text PATH"))
     check_sink_slot(model, policy)
-    cache = PolicyCache(model, policy, cfg.positions)  # refuses rolling on learned positions, before any work
+    cache = PolicyCache(model, policy, kv.positions)  # refuses rolling on learned positions, before any work
     runs = {}
-    with quantized(model, cfg.quant):  # every cache below runs on the same (quantized or float) weights
+    # every cache below runs on the same model as the other methods leave it (quantized, scaled, sparse)
+    with apply(model, *[m for m in methods if m.kind != "kv"],
+               ctx=Context(tok, ctx.device, None, cfg.model)):
         with ctx.progress(len(ids) - 1, policy.describe()) as bar:
             runs[policy.describe()] = stream_nll(model, ids, cache, cfg.chunk, bar)
         if cfg.dense:
@@ -37,7 +42,8 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
     (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
-               "positions": cfg.positions, "chunk": cfg.chunk, "quant": cfg.quant or None,
+               "positions": kv.positions, "chunk": cfg.chunk, "quant": cfg.quant or None,
+               "methods": [m.spec() for m in methods],
                "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
                             "kv_bytes_final": r.kv_bytes[-1][1] if r.kv_bytes else None,
                             "kv_bytes_max": max(v for _, v in r.kv_bytes) if r.kv_bytes else None}

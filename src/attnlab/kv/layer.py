@@ -242,9 +242,14 @@ class PolicyLayer(CacheLayerMixin):
         self.n_pad += n_pad
         self.any_pad = self.any_pad or bool(n_pad.any())
 
-    def update_scores(self, received: torch.Tensor) -> None:
-        """H2O: add the attention each stored slot received this step, (B, H, S)."""
-        self.score.add_(received)
+    def update_scores(self, probs: torch.Tensor) -> None:
+        """The scored policies (H2O, TOVA): fold this step's attention, probs (B, H, g, q, S), into each stored
+        slot's score as the policy says (H2O adds what each slot received; TOVA keeps the last query's)."""
+        received = self.policy.received(probs)  # (B, H, S)
+        if self.policy.accumulates():
+            self.score.add_(received)
+        else:
+            self.score.copy_(received)
 
     # -- queries (read-only) -------------------------------------------------------------------
     def visible(self) -> torch.Tensor | None:

@@ -28,15 +28,19 @@ is the seam for one that builds itself differently).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
+import pkgutil
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from attnlab.core.errors import UsageError, check_number
+from attnlab.core.metrics import received_attention
 from attnlab.core.registry import Registry
 
 KEEP = float("inf")  # priority of a token the policy must keep (sink or recent)
+POSITIONS = ("original", "rolling")  # where kept tokens sit: their stream positions, or their ranks in the cache
 
 
 @dataclass
@@ -53,7 +57,16 @@ class SlotState:
     keys: torch.Tensor
 
 
-POLICIES: Registry[type[KVPolicy]] = Registry("KV policy")
+def _policy_files() -> None:
+    """Import every ``attnlab/kv/policy_*.py``: a new policy is one such file, registered by its decorator."""
+    import attnlab.kv
+
+    for info in pkgutil.iter_modules(attnlab.kv.__path__, "attnlab.kv."):
+        if info.name.rpartition(".")[2].startswith("policy_"):
+            importlib.import_module(info.name)
+
+
+POLICIES: Registry[type[KVPolicy]] = Registry("KV policy", discover=_policy_files)
 
 
 def register(cls: type[KVPolicy]) -> type[KVPolicy]:
@@ -70,6 +83,7 @@ class KVPolicy:
     needs_budget = True  # False: the policy keeps everything
     scored = False  # True: some slots are kept by a per-(layer, KV head) score, so heads keep different tokens
     name = "full"
+    about = ""  # one line of --help: what the policy keeps
 
     @classmethod
     def options(cls) -> tuple[str, ...]:
@@ -100,6 +114,16 @@ class KVPolicy:
     def priority(self, s: SlotState) -> torch.Tensor:  # (B, H, S)
         return s.pos.to(torch.float32)
 
+    def received(self, probs: torch.Tensor) -> torch.Tensor:
+        """For a policy with ``needs_scores``: what this step's attention adds to each slot's score. probs
+        (B, H, g, q, S) -- the g query heads of each KV head, the step's q queries -> (B, H, S). H2O's:
+        the attention each slot received, summed over the group's heads and the queries."""
+        return received_attention(probs.flatten(2, 3))
+
+    def accumulates(self) -> bool:
+        """True: a slot's score is the sum of what it received (H2O); False: only this step's counts."""
+        return True
+
     def describe(self) -> str:
         return self.name if self.budget is None else f"{self.name}(budget={self.budget})"
 
@@ -121,6 +145,7 @@ def _sink(s: SlotState, n: int) -> torch.Tensor:  # (B, H, S) bool: among each r
 class Full(KVPolicy):
     needs_budget = False
     name = "full"
+    about = "never evicts (the dense cache)"
 
     @classmethod
     def from_options(cls, budget, **options) -> KVPolicy:
@@ -139,6 +164,7 @@ class Window(KVPolicy):
     """The most recent tokens: priority = position."""
 
     name = "window"
+    about = "the last budget tokens (window attention)"
 
     def label(self) -> str:
         return f"window 0+{self.budget}"
@@ -149,6 +175,7 @@ class Window(KVPolicy):
 class Sinks(KVPolicy):
     n_sink: int = 4
     name = "sinks"
+    about = "StreamingLLM: the first n_sink tokens (attention sinks) and the most recent ones"
 
     def reserved(self) -> int:
         return self.n_sink
@@ -174,6 +201,7 @@ class H2O(KVPolicy):
     needs_scores = True
     scored = True
     name = "h2o"
+    about = "H2O: a recent window and the older tokens with the most accumulated attention, per KV head"
 
     def n_recent(self, capacity: int) -> int:
         return capacity // 2 if self.recent is None else self.recent
@@ -204,6 +232,7 @@ class SinksH2O(H2O):
 
     n_sink: int = 4
     name = "sinks+h2o"
+    about = "StreamH2O: sinks, heavy hitters and a recent window"
 
     def label(self) -> str:
         r = self.n_recent(self.budget)
@@ -225,6 +254,7 @@ class KNorm(KVPolicy):
 
     scored = True
     name = "knorm"
+    about = "Devoto et al.: the tokens whose keys have the smallest L2 norm, per KV head"
 
     def n_recent(self, capacity: int) -> int:
         return 0

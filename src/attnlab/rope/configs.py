@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
+from attnlab.methods.configured import configured, methods_option
 
 ALL_SCALINGS = ("none", "pi", "ntk", "dynamic-ntk", "yarn")
 SCALINGS_HELP = ("comma-separated RoPE scalings: none, pi (linear interpolation), ntk (NTK-aware base), "
@@ -23,13 +24,29 @@ class ScaledModel:
     model: str = option("smollm2", "alias (smollm2), model folder, attnlab train run or hub id")
     scalings: tuple[str, ...] = option(ALL_SCALINGS, SCALINGS_HELP)
     factor: float = option(2.0, "s = target context / trained context: 16k for SmolLM2's 8k")
+    methods: tuple[str, ...] = methods_option()
+    rope_method = True  # a RoPE --method replaces --scalings (False: the experiment compares every one with none)
 
     def __post_init__(self):
-        from attnlab.rope.compare import load_scalings
-
         if not self.scalings:
             raise UsageError("--scalings is empty: name at least one, e.g. none,ntk")
-        load_scalings(self.scalings, self.factor)  # unknown names and factors < 1 refused with the config
+        self.scalings_applied()  # unknown names and factors < 1 refused with the config
+        self.methods_applied()
+
+    def methods_applied(self) -> list:
+        """The methods entered around every scaling's evaluation (weights, MLP; no KV cache: these evaluations
+        prefill without one)."""
+        kinds = ("weights", "rope", "mlp") if self.rope_method else ("weights", "mlp")
+        why = ("these evaluations run without an evicting cache, so KV methods do not apply" if self.rope_method else
+               "it compares each of --scalings with none: name the scalings there")
+        return [m for m in configured(self, kinds, why) if m.kind != "rope"]
+
+    def scalings_applied(self) -> list:
+        """The RoPE scalings evaluated in turn: a RoPE --method's alone, else --scalings at --factor."""
+        from attnlab.rope.compare import load_scalings
+
+        rope = [m for m in configured(self) if m.kind == "rope"]
+        return [rope[0].scaling()] if rope else load_scalings(self.scalings, self.factor)
 
 
 def _check_lengths(lengths: tuple[int, ...], flag: str) -> None:

@@ -21,7 +21,8 @@ from attnlab.evals.inputs import load_model, text_ids
 from attnlab.evals.passkey import accuracy_at, passkey_cases, passkey_metrics
 from attnlab.experiments.claims import check
 from attnlab.experiments.registry import Result, register
-from attnlab.rope.compare import load_scalings, longppl_by_scaling, passkey_by_scaling
+from attnlab.methods import Context, apply
+from attnlab.rope.compare import longppl_by_scaling, passkey_by_scaling
 from attnlab.rope.configs import PasskeyConfig, check_ppl_windows
 from attnlab.rope.plots import longppl_figure, passkey_figure
 from attnlab.rope.scalings import RopeScaling
@@ -31,6 +32,7 @@ FIGURE = {"passkey.png": "passkey accuracy per (prompt length, key depth), one p
 
 @dataclass(frozen=True)
 class ZeroShotConfig(PasskeyConfig):
+    rope_method = False  # its claims compare each scaling of --scalings with none
     text: str = "war-and-peace"
     ppl_lengths: tuple[int, ...] = (2048, 4096, 8192, 12288, 16384)
     stride: int = 256
@@ -86,11 +88,12 @@ def passkey_lines(passkey: dict, lengths) -> list[str]:
           PasskeyConfig, quick={"lengths": (1024, 2048), "depths": (0.0, 1.0), "samples": 1,
                                 "scalings": ("none", "ntk")}, demo=False)
 def run_passkey(cfg: PasskeyConfig, ctx) -> Result:
-    scalings = load_scalings(cfg.scalings, cfg.factor)
+    scalings = cfg.scalings_applied()
     model, tok = load_model(cfg.model, ctx.device)
     trained = model.config.max_position_embeddings
-    results = passkey_by_scaling(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed),
-                                 ctx)
+    cases = passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed)
+    with apply(model, *cfg.methods_applied(), ctx=Context(tok, ctx.device, None, cfg.model)):  # under every scaling
+        results = passkey_by_scaling(model, tok, scalings, cases, ctx)
     passkey_figure(ctx, results, trained)
     claims, accuracy = _passkey_claims(cfg, scalings, results, trained), _accuracy(results)
     metrics = {"command": ctx.command, "model": cfg.model, "trained_context": trained, "factor": cfg.factor,
@@ -106,7 +109,7 @@ def run_passkey(cfg: PasskeyConfig, ctx) -> Result:
           quick={"lengths": (1024, 2048), "depths": (0.0, 1.0), "samples": 1, "ppl_lengths": (512, 1024, 2048),
                  "windows": 1}, demo=False)
 def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
-    scalings = load_scalings(cfg.scalings, cfg.factor)
+    scalings = cfg.scalings_applied()
     model, tok = load_model(cfg.model, ctx.device)
     trained = model.config.max_position_embeddings
     within = [n for n in cfg.ppl_lengths if n <= trained]
@@ -115,9 +118,10 @@ def run_zero_shot(cfg: ZeroShotConfig, ctx) -> Result:
     ref = max(within)  # the reference PPL: the longest context the model was trained for
     longest = max(cfg.ppl_lengths)
     ids = text_ids(tok, cfg.text, 2 * longest)  # the scored blocks spread over twice the longest length
-    curves = longppl_by_scaling(model, ids, scalings, list(cfg.ppl_lengths), cfg.stride, cfg.windows, ctx)
-    results = passkey_by_scaling(model, tok, scalings, passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed),
-                                 ctx)
+    with apply(model, *cfg.methods_applied(), ctx=Context(tok, ctx.device, None, cfg.model)):  # under every scaling
+        curves = longppl_by_scaling(model, ids, scalings, list(cfg.ppl_lengths), cfg.stride, cfg.windows, ctx)
+        results = passkey_by_scaling(model, tok, scalings,
+                                     passkey_cases(cfg.lengths, cfg.depths, cfg.samples, cfg.seed), ctx)
     accuracy = _accuracy(results)
     ppl = {k: {n: c.ppl(n) for n in c.lengths} for k, c in curves.items()}
     label = {s.name: s.describe() for s in scalings}

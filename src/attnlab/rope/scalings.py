@@ -30,6 +30,7 @@ import torch
 
 from attnlab.core.errors import UsageError
 from attnlab.core.registry import Registry
+from attnlab.experiments.command import option
 
 
 def rope_inv_freq(base: float, dim: int) -> torch.Tensor:
@@ -43,6 +44,7 @@ class RopeScaling:
 
     factor: float = 1.0
     name = "none"
+    about = "the model's own RoPE"
     dynamic = False  # True: the frequencies depend on the current length
 
     def frequencies(self, base: float, dim: int, original_len: int, seq_len: int | None = None
@@ -69,6 +71,7 @@ class RopeScaling:
 @dataclass(frozen=True)
 class PI(RopeScaling):
     name = "pi"
+    about = "Positional Interpolation: every position read as m / factor"
 
     def frequencies(self, base, dim, original_len, seq_len=None):
         return rope_inv_freq(base, dim) / self.factor, 1.0
@@ -80,6 +83,7 @@ class PI(RopeScaling):
 @dataclass(frozen=True)
 class NTK(RopeScaling):
     name = "ntk"
+    about = "NTK-aware: the base raised so the lowest frequency is divided by factor"
 
     def scaled_base(self, base: float, dim: int) -> float:
         return base * self.factor ** (dim / (dim - 2))
@@ -94,6 +98,7 @@ class NTK(RopeScaling):
 @dataclass(frozen=True)
 class DynamicNTK(RopeScaling):
     name = "dynamic-ntk"
+    about = "NTK with the factor taken from the current length"
     dynamic = True
 
     def frequencies(self, base, dim, original_len, seq_len=None):
@@ -109,9 +114,11 @@ class DynamicNTK(RopeScaling):
 
 @dataclass(frozen=True)
 class YaRN(RopeScaling):
-    beta_fast: float = 32.0  # dims turning more than this many times over L: kept (extrapolated)
-    beta_slow: float = 1.0  # dims turning fewer times: interpolated by s
+    beta_fast: float = option(32.0, "dims turning more than this many times over the trained context are kept "
+                              "(extrapolated)", bounds="> 0")
+    beta_slow: float = option(1.0, "dims turning fewer times are interpolated by the factor", bounds="> 0")
     name = "yarn"
+    about = "YaRN: per dimension, interpolate the slow ones, keep the fast ones, ramp between; logits scaled"
 
     def frequencies(self, base, dim, original_len, seq_len=None):
         if self.factor == 1:  # the blend below is exact only up to rounding

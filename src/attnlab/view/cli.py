@@ -54,6 +54,10 @@ def add_commands(sub) -> None:
                    "of the accumulated attention is shown (default: 4)")
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help="tokens per replay step (default: %(default)s; "
                    "1 = decoding)")
+    p.add_argument("--method", action="append", default=[], metavar="NAME[:KEY=VALUE,...]",
+                   help="a method the page is drawn under, NAME[:key=value,...] (`attnlab methods` lists them); "
+                   "repeat it to compose kinds. A KV method is one more replay, with its options "
+                   "(tova:budget=32,heads=each); the others change the model every map and replay reads")
     p.add_argument("--out", type=Path, default=Path("view.html"), help="the HTML file (default: view.html); an "
                    "earlier page is replaced, any other file only with --force")
     p.add_argument("--force", action="store_true", help="replace --out even if it is not a page attnlab wrote")
@@ -114,6 +118,7 @@ def cmd_view(args) -> int:
     from attnlab.core.io import write_output
     from attnlab.evals.inputs import first_ids, load_model, with_sink
     from attnlab.experiments.runner import RunContext, check_device
+    from attnlab.methods import Context, apply, ordered, parse_list
     from attnlab.view.build import build_view, check_tokens, context_of, policies_for, usable
     from attnlab.view.defaults import DEFAULT_POLICIES, DEFAULT_TOKENS, MAX_TOKENS
 
@@ -125,7 +130,10 @@ def cmd_view(args) -> int:
     named = args.policies is not None
     names = (tuple(n.strip() for n in args.policies.split(",") if n.strip()) if named
              else DEFAULT_POLICIES)
+    methods = ordered(parse_list(args.method))
+    kv = [m.policy() for m in methods if m.kind == "kv"]
     policies = policies_for(names, _budgets(args.budgets), args.n_sink)
+    policies += [p for p in kv if p not in policies]
     text, source = _text(args)
     _check_out(args.out, args.force)
     device = check_device(args.device)
@@ -135,15 +143,16 @@ def cmd_view(args) -> int:
     else:
         tokens = args.tokens
         check_tokens(model, tokens)
-    policies = usable(model, policies, named)
+    policies = usable(model, policies, named or bool(kv))
     ids = (tok(text, add_special_tokens=False)["input_ids"][:tokens] if isinstance(text, str)
            else first_ids(tok, text, tokens))
     if not ids:
         raise UsageError("the text has no tokens: give some text")
     ids = with_sink(model, torch.tensor(ids))[:tokens]
     ctx = RunContext(args.out.parent, device)
-    page = build_view(model, tok, ids, policies, args.chunk, {"model": args.model, "text": source},
-                      ctx.progress, args.n_sink)
+    about = {"model": args.model, "text": source} | ({"methods": [m.spec() for m in methods]} if methods else {})
+    with apply(model, *[m for m in methods if m.kind != "kv"], ctx=Context(tok, device, None, args.model)):
+        page = build_view(model, tok, ids, policies, args.chunk, about, ctx.progress, args.n_sink)
     write_output(args.out, page)  # aside, then renamed: a refused write keeps the old page
     print(f"{args.out} ({len(page.encode()) / 1e6:.2f} MB, {ids.numel()} tokens, {len(policies)} replays): "
           "open it in a browser", file=sys.stderr)

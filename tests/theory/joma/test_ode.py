@@ -9,7 +9,8 @@ from scipy.special import erfinv
 
 from attnlab.core.errors import ConfigError
 from attnlab.core.metrics import attention_entropy
-from attnlab.theory.joma.exp_ode import LinearConfig, NonlinearConfig
+from attnlab.theory.joma.exp_ode_linear import LinearConfig
+from attnlab.theory.joma.exp_ode_nonlinear import NonlinearConfig
 from attnlab.theory.joma.ode import (
     authors_softmax_simulation,
     convergence_rates,

@@ -1,0 +1,59 @@
+"""Every contextual-sparsity rule as a method (kind ``mlp``): its options are the share kept, how the kept
+neurons are computed, and what building the rule reads (a calibration text, or saved predictors); entered,
+the MLPs keep per token only the neurons the rule chooses (:class:`~attnlab.sparsity.mlp.SparseMLP`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnlab.core.errors import UsageError
+from attnlab.experiments.command import option
+from attnlab.methods.base import METHODS, Method, derived
+from attnlab.sparsity.registry import RULES, RuleInputs
+
+SHARED = [("keep", float, option(0.5, "share of the MLP's neurons kept per token", bounds="(0, 1]")),
+          ("mode", str, option("mask", "mask (zero the rest: measures) or gather (compute only the kept "
+                                       "neurons: saves time)"))]
+READS = {"nothing": [],
+         "calibration": [("calibration", str, option("wikitext-2/valid.txt", "the text the rule calibrates on "
+                                                                              "(never the evaluation text)")),
+                         ("calibration_tokens", int, option(2048, "calibration tokens", bounds=">= 1"))],
+         "predictors": [("predictors", str, option("", "a dejavu run's predictors folder (default: beside the "
+                                                       "model's weights)")),
+                        ("source", str, option("lookahead", "lookahead (from the previous layer's MLP input) or "
+                                                            "own (the layer's)")),
+                        ("rank", int | None, option(None, "the predictors' rank among those saved (default: the "
+                                                          "largest)", bounds=">= 1"))]}
+
+
+@dataclass(frozen=True)
+class SparsityMethod(Method):
+    kind = "mlp"
+
+    def check(self) -> None:
+        if self.mode not in ("mask", "gather"):
+            raise UsageError(f"--method {self.name}:mode={self.mode}: choose mask or gather")
+
+    def rule(self, model, ctx):
+        """The rule at ``keep``, built as its registry entry says (calibrated on the tokenizer's encoding of
+        the calibration text, or from saved predictors)."""
+        kind, calib = RULES.get(self.name), None
+        if kind.reads == "calibration":
+            if ctx.tokenizer is None:
+                raise UsageError(f"{self.name} calibrates on a text: give the model's tokenizer "
+                                 "(attnlab.apply(model, ..., tokenizer=tok))")
+            from attnlab.evals.inputs import text_ids
+
+            calib = text_ids(ctx.tokenizer, self.calibration, self.calibration_tokens,
+                             f"--method {self.name}:calibration=PATH").to(ctx.device)
+        inputs = RuleInputs(calib, 512, ctx.progress, ctx.model_name, getattr(self, "predictors", ""),
+                            getattr(self, "source", "lookahead"), getattr(self, "rank", None))
+        return kind.build(model, inputs)(self.keep)
+
+    def enter(self, model, ctx):
+        from attnlab.sparsity.mlp import SparseMLP
+
+        return SparseMLP(model, self.rule(model, ctx), mode=self.mode)
+
+
+METHODS.provide(RULES, lambda name, kind: derived(SparsityMethod, f"{name.capitalize()}Method", name, kind.keeps,
+                                                 SHARED + READS[kind.reads]), "mlp")
