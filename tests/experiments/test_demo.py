@@ -212,3 +212,19 @@ def test_the_summary_says_which_experiments_decided_no_claim(fakes, tmp_path, ca
     registry.EXPERIMENTS._items.pop("b-joma")
     _demo(capsys, "--out", tmp_path / "e")
     assert "Every experiment decided at least one claim." in (tmp_path / "e" / "report.md").read_text()
+
+
+def test_runs_start_every_core_ones_first_then_longest_first():
+    """The pool's start order: runs that need every core while all are free, then the longest-processing-time
+    rule over the rest (so no long run finishes alone at the end); the talk's order breaks no tie it needs."""
+    from attnlab.experiments import demo_pool, registry
+
+    exps = [e for e in registry.load_all().values() if e.demo]
+    need = {e.name: demo_pool.cores_needed(e, quick=True) for e in exps}
+    order = [e.name for e in demo_pool.schedule(exps, need)]
+    alone = [n for n in order if need[n] > 1]
+    assert alone and order[:len(alone)] == alone  # the sink runs start workers of their own
+    cost = [demo_pool.QUICK_SECONDS.get(n, demo_pool.UNLISTED_SECONDS) for n in order[len(alone):]]
+    assert cost == sorted(cost, reverse=True) and order[len(alone)] == "accuracy-table"
+    assert sorted(order) == sorted(e.name for e in exps)
+    assert set(demo_pool.QUICK_SECONDS) <= {e.name for e in exps}  # no stale name in the table

@@ -71,7 +71,8 @@ def claims(table: dict[str, dict], dense: str, cfg: AccuracyTable) -> list:
 
 @register("accuracy-table", "the seeds' zero-shot accuracy tables in miniature: dense, H2O and sinks at 20%/50% "
           "budgets, Deja Vu / CATS / oracle / static sparsity at keep 50%, through lm-evaluation-harness",
-          AccuracyTable, quick={"tasks": ("copa", "piqa"), "limit": 20})
+          AccuracyTable, quick={"tasks": ("copa", "piqa"), "limit": 20, "policies": ("h2o",), "budgets": (0.2,),
+                                "rules": ("oracle", "static")})  # the rows the three claims compare, no more
 def run_accuracy_table(cfg: AccuracyTable, ctx) -> Result:
     from attnlab.accuracy.plots import budget_figure
     from attnlab.accuracy.run import request_count

@@ -1,9 +1,12 @@
-"""The demo's experiments two at a time: independent quick runs in worker processes of one thread each.
+"""The demo's experiments side by side: independent quick runs in worker processes of one thread each.
 
 Most quick runs are small tensor programs that one core runs about as fast as two (their matrices are too
 small to split), so two of them side by side finish sooner than one after the other with both threads. An
 experiment that starts worker processes of its own (a ``workers`` setting above 1) runs alone with every
-core. Reports come back in the talk's order, whatever order the runs finish in.
+core; those go first, while every core is free. The rest start longest first (``QUICK_SECONDS``), so that no
+long run is left to finish alone on one core at the end: the classic longest-processing-time rule, within
+4/3 of the best schedule. Models are fetched once, before any run starts, so that no two runs fetch the same
+model. Reports come back in the talk's order, whatever order the runs finish in.
 """
 from __future__ import annotations
 
@@ -15,9 +18,20 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 
-from attnlab.core.errors import MissingResource
+from attnlab.core.errors import MissingResource, UsageError
 from attnlab.experiments import registry, runner
 from attnlab.experiments.report import DemoRun, Skipped
+
+# Seconds each quick run took on one thread of an AMD EPYC (2 cores), beside another run, in the fresh-machine
+# demo (benchmarks/results/demo-fresh-machine/report.md); only the order they give matters. Workers>1 runs
+# and ones not listed here (assumed short) need no entry.
+QUICK_SECONDS = {
+    "accuracy-table": 170, "h2o-ppl": 121, "streaming-ppl": 68, "scansnap-fig6": 54, "joma-wikitext": 42,
+    "streameval": 39, "probes": 37, "joma-hierarchy-controls": 36, "dejavu": 36, "contextual-sparsity": 33,
+    "recall-under-eviction": 27, "dejavu-relu": 21, "scansnap-fig7": 19, "joma-hierarchy": 15,
+    "quant-agreement": 14, "joma-invariants": 13, "dejavu-curve": 13,
+}
+UNLISTED_SECONDS = 5
 
 
 def run_one(exp: registry.Experiment, stage: Path, device: str, quick: bool, progress: bool) -> DemoRun | Skipped:
@@ -44,29 +58,46 @@ def _job(name: str, stage: Path, device: str, quick: bool, threads: int) -> Demo
     return run_one(exp, stage, device, quick, progress=False)
 
 
-def cores_needed(exp: registry.Experiment, quick: bool, first_model: bool) -> int:
-    """2 (every core, run alone) for an experiment that starts worker processes of its own, and for the first
-    that reads a model (it may fetch it on first use: two runs must not both fetch it); else 1."""
+def cores_needed(exp: registry.Experiment, quick: bool) -> int:
+    """2 (every core, run alone) for an experiment that starts worker processes of its own, else 1."""
     cfg = runner.resolve_config(exp, {}, None, quick=quick)
-    return 2 if int(getattr(cfg, "workers", 1) or 1) > 1 or first_model else 1
+    return 2 if int(getattr(cfg, "workers", 1) or 1) > 1 else 1
 
 
-def _reads_a_model(exp: registry.Experiment, quick: bool) -> bool:
-    return isinstance(getattr(runner.resolve_config(exp, {}, None, quick=quick), "model", None), str)
+def fetch_models(exps: list[registry.Experiment], quick: bool) -> None:
+    """Fetch every model a run of ``exps`` reads, one after the other, before the runs start side by side;
+    one that cannot be had here is left for its runs to skip with their own line."""
+    from attnlab.models.pretrained import resolve_model
+
+    names = {getattr(runner.resolve_config(e, {}, None, quick=quick), "model", None) for e in exps}
+    for name in sorted(n for n in names if isinstance(n, str)):
+        try:
+            resolve_model(name)
+        except UsageError:  # offline and not cached, say: each run that needs it says so and is skipped
+            pass
+
+
+def schedule(exps: list[registry.Experiment], need: dict[str, int]) -> list[registry.Experiment]:
+    """The order runs start in: every-core runs first (in the talk's order), then longest first."""
+    alone = [e for e in exps if need[e.name] > 1]
+    rest = sorted((e for e in exps if need[e.name] == 1), key=lambda e: -QUICK_SECONDS.get(e.name, UNLISTED_SECONDS))
+    return alone + rest
 
 
 def run_side_by_side(exps: list[registry.Experiment], stage: Path, device: str, quick: bool,
                      cores: int = 2) -> list[DemoRun | Skipped]:
     """Every experiment of ``exps`` into ``stage``, ``cores`` one-thread runs at a time (see the module)."""
-    first = next((e.name for e in exps if _reads_a_model(e, quick)), None)
-    need = {e.name: min(cores, cores_needed(e, quick, e.name == first)) for e in exps}
-    pending, running, done = list(exps), {}, {}
+    fetch_models(exps, quick)
+    need = {e.name: min(cores, cores_needed(e, quick)) for e in exps}
+    pending, running, done = schedule(exps, need), {}, {}
     t0 = time.perf_counter()
     with ProcessPoolExecutor(cores, mp_context=get_context("spawn")) as pool:
         while pending or running:
             free = cores - sum(need[n] for n in running.values())
-            while pending and need[pending[0].name] <= free:  # the talk's order, no overtaking
-                exp = pending.pop(0)
+            for exp in [e for e in pending if need[e.name] <= free]:  # a shorter run may pass one waiting for cores
+                if need[exp.name] > free:
+                    continue
+                pending.remove(exp)
                 threads = 1 if need[exp.name] == 1 else max(1, os.cpu_count() or 1)
                 print(f"[demo] {len(done) + len(running) + 1}/{len(exps)} {exp.name} ({exp.part}) ...",
                       file=sys.stderr, flush=True)
