@@ -3,6 +3,7 @@ run of one of them, and all of them as a demo."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from attnlab.core.cache import OFFLINE_HELP, go_offline
@@ -48,6 +49,9 @@ def add_commands(sub) -> None:
     rep.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. --set sgd.steps=50 --set eta_z=1,2 (repeatable)")
+    rep.add_argument("--method", dest="methods", action="append", default=[], metavar="NAME[:KEY=VALUE,...]",
+                     help="a method the experiment's model runs under, repeatable (experiments that take a model; "
+                     "`attnlab methods` lists them): --set methods=\"a;b\" spelled as flags")
     rep.add_argument("--quick", action="store_true", help="use the experiment's quick settings (as the demo does)")
     rep.add_argument("--offline", action="store_true", help=OFFLINE_HELP)
     rep.set_defaults(func=cmd_reproduce)
@@ -63,6 +67,10 @@ def cmd_list(args) -> int:
             part = exp.part
         print(f"  {exp.name:22s} {exp.summary}")
     return 0
+
+
+def _takes_methods(exp) -> bool:
+    return "methods" in {f.name for f in dataclasses.fields(exp.config_cls)}
 
 
 def cmd_reproduce(args) -> int:
@@ -83,7 +91,12 @@ def cmd_reproduce(args) -> int:
     if args.out is None:
         raise UsageError(f"--out DIR is required: e.g. `attnlab reproduce {exp.name} --out runs/{exp.name}`")
     device = runner.check_device(args.device)
-    cfg = runner.resolve_config(exp, parse_overrides(args.overrides), args.seeds, args.quick)
+    overrides = args.overrides + ([f"methods={';'.join(args.methods)}"] if args.methods else [])
+    if args.methods and not _takes_methods(exp):
+        takes = ", ".join(e.name for e in registry.load_all().values() if _takes_methods(e))
+        raise UsageError(f"--method: {exp.name} takes no methods (it builds or trains its own models); these do: "
+                         f"{takes}")
+    cfg = runner.resolve_config(exp, parse_overrides(overrides), args.seeds, args.quick)
     result = runner.run_into(exp, cfg, args.out, device, runner.command_line(args.argv))
     out = args.out.expanduser().absolute()
     print(f"{exp.name}: {describe(tally(result.claims))}; report: {out / 'report.md'}")

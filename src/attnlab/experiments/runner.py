@@ -18,7 +18,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -44,6 +44,12 @@ class RunContext:
     device: str = "cpu"
     show_progress: bool = True
     command: str = ""
+    # what the run holds open until it ends (the methods entered on its model): the runner exits it
+    held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+
+    def hold(self, manager):
+        """Enter ``manager`` until the run ends (the runner exits it, also when the run raises); its value."""
+        return self.held.enter_context(manager)
 
     def progress(self, total: int, desc: str):
         """A tqdm bar with ETA on stderr (hidden when stderr is not a terminal)."""
@@ -184,7 +190,8 @@ def execute(exp: Experiment, cfg: Any, run_dir: Path, device: str, show_progress
 
     ctx = RunContext(run_dir, device, show_progress, command)
     t0 = time.perf_counter()
-    result = exp.run(cfg, ctx)
+    with ctx.held:
+        result = exp.run(cfg, ctx)
     seconds = time.perf_counter() - t0
     config = {"experiment": exp.name, **config_mod.to_json(cfg), "device": device}
     counts, where = tally(result.claims), machine(device)

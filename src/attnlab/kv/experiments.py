@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from attnlab.core.errors import ConfigError
-from attnlab.evals.inputs import load_stream
+from attnlab.evals.inputs import load_model, text_ids, with_sink
 from attnlab.evals.streaming import StreamResult, recompute_nll, stream_nll
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.plots import split_figure, stream_figure
 from attnlab.kv.policies import POLICIES, make_policy
+from attnlab.methods.configured import NOT_KV, configured, enter_configured, methods_option
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,19 @@ class _StreamInput:
     tokens: int = 2048
     budget: int = 256
     n_sink: int = 4
+    methods: tuple[str, ...] = methods_option()  # weight, RoPE or sparsity methods every cache streams under
+
+    METHOD_KINDS: ClassVar = NOT_KV
+    METHOD_WHY: ClassVar = ("this experiment compares its own KV caches (--set budget=, n_sink=, policies=); give "
+                            "weight, RoPE or sparsity methods, or `attnlab stream --method` for one KV policy")
+
+
+def _load(cfg: _StreamInput, ctx, tokens: int):
+    """The model with ``cfg``'s methods entered for the run, and the first ``tokens`` ids of the text (T,) (a
+    model pre-trained with a sink token gets it first: T+1)."""
+    model, tok = load_model(cfg.model, ctx.device)
+    enter_configured(cfg, model, tok, ctx)
+    return model, with_sink(model, text_ids(tok, cfg.text, tokens))
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class StreamConfig(_StreamInput):
     degrade: float = 1.2  # dense: the same ratio >= 1.2
 
     def __post_init__(self):
+        configured(self)  # an unknown method or option, a KV policy: one line before the model loads
         if self.tokens < 2 * self.budget or self.budget <= self.n_sink:
             raise ConfigError(f"tokens={self.tokens}, budget={self.budget}, n_sink={self.n_sink}: need "
                               "tokens >= 2 x budget > 2 x n_sink so the cache really evicts")
@@ -78,6 +94,7 @@ class H2OConfig(_StreamInput):
     knorm_over_sinks: float = 1.0
 
     def __post_init__(self):
+        configured(self)
         if unknown := [p for p in self.policies if p not in POLICIES or p == "full"]:
             raise ConfigError(f"policies {unknown}: use some of {', '.join(n for n in POLICIES if n != 'full')} "
                               "(the dense cache always runs)")
@@ -102,7 +119,7 @@ def _run(model, ids, label, ctx, chunk=1, positions="rolling", **policy) -> Stre
 @register("streaming-ppl", "StreamingLLM: window vs attention sinks vs dense, streaming PPL on a real model",
           StreamConfig, quick={"tokens": 384, "budget": 64, "long_tokens": 0})
 def run_streaming(cfg: StreamConfig, ctx) -> Result:
-    model, ids = load_stream(cfg.model, cfg.text, max(cfg.tokens, cfg.long_tokens), ctx.device)
+    model, ids = _load(cfg, ctx, max(cfg.tokens, cfg.long_tokens))
     short = ids[:cfg.tokens]
     b, context = cfg.budget, model.config.max_position_embeddings
     _check_long(cfg, context)
@@ -190,7 +207,7 @@ def _long_stream(cfg: StreamConfig, model, ids, ctx, context: int):
 @register("h2o-ppl", "H2O heavy hitters vs StreamingLLM sinks at one KV budget, streaming PPL on a real model",
           H2OConfig, quick={"tokens": 384, "budget": 64, "recent": 32, "sweep_recent": (48,)})
 def run_h2o(cfg: H2OConfig, ctx) -> Result:
-    model, ids = load_stream(cfg.model, cfg.text, cfg.tokens, ctx.device)
+    model, ids = _load(cfg, ctx, cfg.tokens)
     b, s, r = cfg.budget, cfg.n_sink, cfg.recent
     policies = {name: cfg.policy(name) for name in cfg.policies}
     runs = {"dense": _run(model, ids, "dense", ctx, 256, name="full")}

@@ -4,13 +4,14 @@ older per-method flags (``--policy/--budget/--n-sink/--recent/--positions``, ``-
 that kind's older flags. This is the one place those flags become methods."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
 from attnlab.experiments.config import check_fields
-from attnlab.methods.base import KINDS, Method, load, parse_list
-from attnlab.methods.stack import ordered
+from attnlab.methods.base import KINDS, Context, Method, load, parse_list
+from attnlab.methods.stack import apply, ordered
 
 
 def methods_option() -> Any:
@@ -31,7 +32,8 @@ def _build(name: str, kind: str, values: dict[str, Any]) -> Method:
 
 def legacy(cfg: Any) -> list[Method]:
     """The methods ``cfg``'s older per-method fields spell (those it has; none set, none)."""
-    get = lambda key, default=None: getattr(cfg, key, default)  # noqa: E731
+    fields = {f.name for f in dataclasses.fields(cfg)}  # fields only: H2OConfig.policy is a method, say
+    get = lambda key, default=None: getattr(cfg, key) if key in fields else default  # noqa: E731
     out = []
     if get("quant"):
         out.append(_build(cfg.quant, "weights", {}))
@@ -42,14 +44,17 @@ def legacy(cfg: Any) -> list[Method]:
                                                             "predictors") if get(k) is not None}))
     if get("policy"):
         out.append(_build(cfg.policy, "kv", {k: get(k) for k in ("budget", "n_sink", "recent", "positions")
-                                       if hasattr(cfg, k)}))
+                                       if k in fields}))
     return out
 
 
-def configured(cfg: Any, accepts: tuple[str, ...] = KINDS, why: str = "") -> list[Method]:
+def configured(cfg: Any, accepts: tuple[str, ...] | None = None, why: str | None = None) -> list[Method]:
     """``cfg``'s methods in the stack's order: its ``--method`` list, then its older flags' methods of the
     kinds ``--method`` did not give; two of one kind in ``--method`` refused in one line, and so is a kind the
-    command cannot apply (``accepts``; ``why`` says why not)."""
+    command cannot apply (``accepts``; ``why`` says why not; by default the config class's ``METHOD_KINDS`` and
+    ``METHOD_WHY``, else every kind)."""
+    accepts = accepts or getattr(cfg, "METHOD_KINDS", KINDS)
+    why = why or getattr(cfg, "METHOD_WHY", "")
     given = ordered(parse_list(getattr(cfg, "methods", ())))
     if refused := [m for m in given if m.kind not in accepts]:
         raise UsageError(f"--method {refused[0].spec()}: "
@@ -57,3 +62,16 @@ def configured(cfg: Any, accepts: tuple[str, ...] = KINDS, why: str = "") -> lis
     kinds = {m.kind for m in given}
     return ordered(given + [m for m in legacy(cfg) if m.kind not in kinds])
 
+
+
+NOT_KV = tuple(k for k in KINDS if k != "kv")
+
+
+def enter_configured(cfg: Any, model, tokenizer, ctx) -> list[Method]:
+    """Enter ``cfg``'s methods (:func:`configured`) on ``model`` for the rest of the run: ``ctx`` (the run's
+    context) holds the stack open and the runner exits it, restoring the model. The methods, in their order."""
+    methods = configured(cfg)
+    if methods:
+        device = str(next(model.parameters()).device)
+        ctx.hold(apply(model, *methods, ctx=Context(tokenizer, device, None, str(getattr(cfg, "model", "")))))
+    return methods

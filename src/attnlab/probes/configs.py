@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
+from attnlab.methods.configured import NOT_KV, configured, methods_option
 
 
 @dataclass(frozen=True)
@@ -23,11 +25,17 @@ class ProbeRun:
     options: tuple[str, ...] = option((), "an option of the chosen probes' constructors, repeatable: layers=7,14,22 "
                                       "(superposition), first=4, eps=0.3 (sinks), heavy=64 (heavy-hitters), ...",
                                       flag="--option", metavar="KEY=VALUE", repeat=True)
+    methods: tuple[str, ...] = methods_option()
+
+    METHOD_KINDS: ClassVar = NOT_KV
+    METHOD_WHY: ClassVar = ("probe streams the text through the model's own cache (what it probes); give weight, RoPE "
+                            "or sparsity methods, or see `attnlab view` for KV eviction")
 
     def __post_init__(self):
         from attnlab.probes.base import make_probes
         from attnlab.probes.run import chosen, probe_options
 
+        configured(self)  # an unknown method or option, a KV policy: one line before the model loads
         if self.tokens < 2:
             raise UsageError(f"--tokens {self.tokens}: give at least 2 tokens")
         if self.chunk < 1:

@@ -10,10 +10,12 @@ from attnlab.probes.configs import ProbeRun
 def run_probe(cfg: ProbeRun, ctx) -> Result:
     """Load the model and text, stream them once with the chosen probes."""
     from attnlab.evals.inputs import load_model, text_ids
+    from attnlab.methods.configured import enter_configured
     from attnlab.probes.run import claim_lines, probe_options, run_probes
     from attnlab.view.build import write_view
 
     model, tok = load_model(cfg.model, ctx.device)
+    methods = enter_configured(cfg, model, tok, ctx)  # the probes read the model as they leave it
     ids = text_ids(tok, cfg.text, cfg.tokens, "--text PATH")
     metrics, claims, figures = run_probes(model, ids, cfg.probes, cfg.chunk, ctx, tok.decode,
                                           options=probe_options(cfg.options, cfg.probes))
@@ -23,4 +25,5 @@ def run_probe(cfg: ProbeRun, ctx) -> Result:
                f"model's KV cache (full causal attention over the prefix); probes: {', '.join(cfg.probes)}.\n"
                + "\n".join(f"- {line}" for line in lines))
     return Result(claims, {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
-                           "chunk": cfg.chunk, "probes": list(cfg.probes), **metrics}, figures, summary, links)
+                           "chunk": cfg.chunk, "probes": list(cfg.probes), "methods": [m.spec() for m in methods],
+                           **metrics}, figures, summary, links)

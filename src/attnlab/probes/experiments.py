@@ -15,10 +15,13 @@ sink passes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.registry import Result, register
+from attnlab.methods.configured import NOT_KV, configured, enter_configured, methods_option
 from attnlab.probes.base import PROBES
+from attnlab.probes.configs import ProbeRun
 from attnlab.probes.run import chosen, run_probes
 from attnlab.view.build import write_view
 
@@ -35,6 +38,10 @@ class ProbesConfig:
     window: int = 512  # its independent windows
     view: int = 512  # tokens of the text in view.html (attnlab view's page); 0: none
     judge: bool = True  # False (quick): a few hundred tokens decide some claims; the others are unresolved
+    methods: tuple[str, ...] = methods_option()  # weight, RoPE or sparsity methods the probed model runs under
+
+    METHOD_KINDS: ClassVar = NOT_KV
+    METHOD_WHY: ClassVar = ProbeRun.METHOD_WHY
 
     def __post_init__(self):
         if self.tokens < 2 or self.chunk < 1 or self.corpus_tokens < 2 or self.window < 2 or self.view < 0:
@@ -42,6 +49,7 @@ class ProbesConfig:
                               f"window={self.window}, view={self.view}: need tokens, corpus_tokens and window >= 2, "
                               "chunk >= 1, view >= 0")
         chosen(self.probes)
+        configured(self)
 
 
 def _replacement_ids(tok, texts: tuple[str, ...]) -> dict[str, int]:
@@ -83,6 +91,7 @@ def run_probes_experiment(cfg: ProbesConfig, ctx) -> Result:
     from attnlab.evals.inputs import load_model, text_ids
 
     model, tok = load_model(cfg.model, ctx.device)
+    enter_configured(cfg, model, tok, ctx)
     ids = text_ids(tok, cfg.text, cfg.tokens)
     names = chosen(cfg.probes)
     swaps = _replacement_ids(tok, cfg.replacements) if "sinks" in names else {}  # checked before the long pass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
+from attnlab.methods.configured import configured, enter_configured, methods_option
 from attnlab.quant.schemes import SCHEMES
 
 
@@ -26,11 +28,18 @@ class QuantAgreement:
     tokens: int = 16384
     window: int = 512
     scheme: str = "int8"
+    methods: tuple[str, ...] = methods_option()  # RoPE scalings both sides run under
+
+    METHOD_KINDS: ClassVar = ("rope",)
+    METHOD_WHY: ClassVar = ("quant-agreement compares its scheme (--set scheme=) with float weights; a sparsity rule "
+                            "would replace the projections it quantizes, and one forward per window reads no KV "
+                            "cache: give a RoPE scaling")
     # claim thresholds, fixed before the first run (issue 34)
     agreement: float = 0.99  # top-1 agreement with the float model, share of scored positions, at least
     ppl_tol: float = 0.01  # |PPL_quant / PPL_float - 1| at most
 
     def __post_init__(self):
+        configured(self)  # an unknown method or option, one of a kind it cannot apply: one line, before the model
         SCHEMES.get(self.scheme)  # an unknown scheme: did you mean
         if self.window < 2 or self.tokens < self.window:
             raise ConfigError(f"tokens={self.tokens}, window={self.window}: need tokens >= window >= 2")
@@ -59,6 +68,7 @@ def run_agreement(cfg: QuantAgreement, ctx) -> Result:
     from attnlab.quant.transform import QuantizedWeights
 
     model, tok = load_model(cfg.model, ctx.device)
+    enter_configured(cfg, model, tok, ctx)  # under both the float and the quantized predictions
     ids = text_ids(tok, cfg.text, cfg.tokens)
     with ctx.progress(ids.numel(), "float") as bar:
         top_f, nll_f = predictions(model, ids, cfg.window, bar)

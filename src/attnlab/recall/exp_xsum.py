@@ -24,6 +24,7 @@ unresolved where the interval straddles the bound);
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from attnlab.data.sources import locate
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.intervals import RESAMPLES, paired_bootstrap
 from attnlab.experiments.registry import Result, register
+from attnlab.methods.configured import NOT_KV, configured, methods_option
 from attnlab.recall.jobs import run_jobs, summarise_job
 from attnlab.recall.plots import rouge_figure
 from attnlab.recall.xsum import CAFE, ROUGE, read_xsum
@@ -61,11 +63,18 @@ class XSumConfig:
     cafe: bool = True
     workers: int = 2
     checked: bool = True
+    methods: tuple[str, ...] = methods_option()  # weight, RoPE or sparsity methods every cache runs under
     # claim thresholds, fixed before the first run
     keeps: float = 0.8
     repeats_more: float = 0.1
 
+    METHOD_KINDS: ClassVar = NOT_KV
+    METHOD_WHY: ClassVar = ("h2o-xsum compares its own KV caches"
+                            " (--set caches=, ratio=); give weight, RoPE or sparsity methods, "
+                            "which every cache then runs under")
+
     def __post_init__(self):
+        configured(self)  # an unknown method or option, a KV policy: one line, before the model loads
         if not 0 < self.ratio < 1:
             raise ConfigError(f"ratio={self.ratio}: give the cache's share of each prompt in (0, 1), e.g. 0.2")
         if unknown := [c for c in self.caches if c not in CACHES]:

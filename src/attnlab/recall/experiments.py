@@ -30,6 +30,7 @@ as a heavy hitter?) -- and the passkey's accuracy and key retention per policy.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from attnlab.experiments.claims import Claim, check, finding, undecided
 from attnlab.experiments.registry import Result, register
 from attnlab.kv.cache import POSITIONS
 from attnlab.kv.policies import POLICIES, make_policy
+from attnlab.methods.configured import NOT_KV, configured, methods_option
 from attnlab.recall.jobs import passkey_job, run_jobs, stream_job, validate
 from attnlab.recall.mqar_claims import EXACT, rate_interval
 from attnlab.recall.plots import accuracy_figure, kept_figure
@@ -63,13 +65,20 @@ class StreamEvalConfig:
     passkey_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     passkey_budget: int = 256
     workers: int = 2  # streams at once, each in its own process
+    methods: tuple[str, ...] = methods_option()  # weight, RoPE or sparsity methods every cache runs under
     checked: bool = True  # False (quick): a few queries decide only the premise; the rest are unresolved, with why
     # claim thresholds, fixed before the first run (full_answers: the premise, 2026-11-27)
     full_answers: float = 0.75
     dense_keeps: float = 0.75
     inside_vs_dense: float = 0.75
 
+    METHOD_KINDS: ClassVar = NOT_KV
+    METHOD_WHY: ClassVar = ("streameval compares its own KV caches"
+                            " (--set policies=, budgets=, n_sink=); give weight, RoPE or sparsity methods, "
+                            "which every cache then runs under")
+
     def __post_init__(self):
+        configured(self)  # an unknown method or option, a KV policy: one line, before the model loads
         if self.lines:
             StreamSpec(self.lines, self.query_every, self.distances, self.seed)  # its own checks
         elif not self.passkey_length:

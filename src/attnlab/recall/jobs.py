@@ -3,6 +3,8 @@ they run in worker processes (:func:`attnlab.core.workers.in_processes`) or here
 Each returns plain data (what metrics.json keeps)."""
 from __future__ import annotations
 
+import atexit
+import contextlib
 from dataclasses import asdict
 from functools import lru_cache
 
@@ -12,15 +14,28 @@ from attnlab.evals.inputs import load_model
 from attnlab.evals.passkey import PasskeyPrompts, bos_ids, build_prompts, passkey_cases
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
+from attnlab.methods import Context, apply
 from attnlab.recall.decode import InPlace, Pieces, check_budget, passkey_in_place, run_streameval
 from attnlab.recall.streameval import make_stream
 from attnlab.recall.xsum import budget_of, repeated_ngrams, rouge, summary_of
 
+_HELD = contextlib.ExitStack()  # the methods entered on the one model this process holds
+atexit.register(_HELD.close)  # exited while the interpreter still has its modules
+
+
+def _model_of(cfg):
+    """``cfg``'s model and tokenizer, its methods (``--set methods=...``) entered: loaded once per process."""
+    return _model(cfg.model, tuple(cfg.methods))
+
 
 @lru_cache(maxsize=1)
-def _model(name: str):
-    """The model and tokenizer, loaded once per process."""
+def _model(name: str, methods: tuple[str, ...] = ()):
+    """The model and tokenizer, loaded once per process, ``methods`` entered on it while the process holds it
+    (the model is loaded for these runs alone: a new one, and the process's end, release the old)."""
+    _HELD.close()
     model, tok = load_model(name)
+    if methods:
+        _HELD.enter_context(apply(model, *methods, ctx=Context(tok, "cpu", None, name)))
     return model, tok
 
 
@@ -31,7 +46,7 @@ def _cache(model, policy: str, budget: int | None, cfg):
 
 
 def stream_job(cfg, policy: str, budget: int | None, progress=None) -> dict:
-    model, tok = _model(cfg.model)
+    model, tok = _model_of(cfg)
     pieces, stream = Pieces(tok, cfg.chat), make_stream(cfg.spec)  # budgets checked once, by validate(), before any job
     run = run_streameval(model, pieces, stream, _cache(model, policy, budget, cfg), cfg.answer_tokens, progress)
     answers = [{**asdict(a.query), "distance": a.query.distance, "answer": a.text, "correct": a.correct,
@@ -40,7 +55,7 @@ def stream_job(cfg, policy: str, budget: int | None, progress=None) -> dict:
 
 
 def passkey_job(cfg, policy: str, budget: int | None, progress=None) -> dict:
-    model, tok = _model(cfg.model)
+    model, tok = _model_of(cfg)
     cases = passkey_cases([cfg.passkey_length], cfg.passkey_depths, 1, cfg.seed)
     prompts = build_prompts(tok, cases)
     rows = passkey_in_place(model, tok, prompts, lambda: _cache(model, policy, budget, cfg), progress=progress)
@@ -50,7 +65,7 @@ def passkey_job(cfg, policy: str, budget: int | None, progress=None) -> dict:
 def summarise_job(cfg, cache: tuple | None, prompts: list[tuple[int, str, str]], progress=None) -> list[dict]:
     """Each (index, prompt, reference) continued for ``cfg.max_new`` greedy tokens under ``cache`` (None: full;
     else (policy, recent share, n_sink) at ``cfg.ratio`` of the prompt, original positions, as H2O)."""
-    model, tok = _model(cfg.model)
+    model, tok = _model_of(cfg)
     rows = []
     for index, prompt, reference in prompts:
         ids = bos_ids(tok) + tok(prompt, add_special_tokens=False)["input_ids"]
@@ -75,7 +90,7 @@ def summarise_job(cfg, cache: tuple | None, prompts: list[tuple[int, str, str]],
 def validate(cfg) -> None:
     """Refuse, before any stream starts, budgets that cannot hold a query (or the passkey question) beside
     the sinks, and a passkey length too short for its protocol."""
-    _, tok = _model(cfg.model)
+    _, tok = _model_of(cfg)
     if cfg.lines:  # 0: the passkey alone
         pieces, stream = Pieces(tok, cfg.chat), make_stream(cfg.spec)  # chat without a template: refused here
         check_budget(pieces, stream, min(cfg.budgets), cfg.n_sink, cfg.answer_tokens)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
+from attnlab.methods.configured import NOT_KV, configured, methods_option
 
 
 @dataclass(frozen=True)
@@ -17,8 +19,13 @@ class SinkTableRun:
     tokens: int = option(2048, "stream length in tokens")
     window: int = option(256, "cache size W")
     sinks: tuple[int, ...] = option((0, 1, 2, 4), "sink counts n, comma-separated")
+    methods: tuple[str, ...] = methods_option()
+
+    METHOD_KINDS: ClassVar = NOT_KV
+    METHOD_WHY: ClassVar = "sink-table streams through its own caches n+(W-n); give weight, RoPE or sparsity methods"
 
     def __post_init__(self):
+        configured(self)  # an unknown method or option, a KV policy: one line before the model loads
         if not self.sinks or min(self.sinks) < 0 or max(self.sinks) >= self.window:
             raise UsageError(f"--sinks {','.join(map(str, self.sinks))} with --window {self.window}: each must be "
                              f">= 0 and below the window (the cache holds n sinks + window - n recent tokens)")

@@ -22,7 +22,7 @@ def _rule(cfg: SparsityRun, model, calib, ctx):
           SparsityRun, demo=False)
 def run_sparsity(cfg: SparsityRun, ctx) -> Result:
     """Dense vs sparse perplexity, the sparse run's per-layer profile, cosine, token overlap (and speed)."""
-    from attnlab.quant.transform import quantized
+    from attnlab.methods.configured import enter_configured
     from attnlab.sparsity.measure import load_texts
     from attnlab.sparsity.summary import result_lines
 
@@ -30,8 +30,9 @@ def run_sparsity(cfg: SparsityRun, ctx) -> Result:
     calibration = (cfg.calibration,) if kind.reads == "calibration" else ()
     model, ids, calib = load_texts(cfg.model, cfg.text, cfg.tokens, calibration, cfg.calibration_tokens,
                                    ctx.device, "--text PATH", "--calibration PATH")
-    with quantized(model, cfg.quant):  # the rule is calibrated on, and measures, the weights the model reads
-        metrics = _measure(cfg, ctx, model, ids, calib)
+    # the rule is calibrated on, and measures, the weights (and positions) the methods leave the model with
+    methods = enter_configured(cfg, model, None, ctx)
+    metrics = _measure(cfg, ctx, model, ids, calib) | {"methods": [m.spec() for m in methods]}
     summary = "\n".join(f"- {line}" for line in result_lines(metrics))
     return Result([], metrics, {"sparsity.png": f"Per layer: neurons {cfg.rule} kept and the share of |h| mass "
                                 "they carry; cosine of the residual stream across the layer; share of a token's "
