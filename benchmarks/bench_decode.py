@@ -6,16 +6,17 @@ and the median step time of each is reported, at batch 1 and batch 8:
 
 - fp32: the float model, transformers' DynamicCache (decode today)
 - bf16: the model cast to bfloat16 (half the bytes per weight, no method: is this CPU's bf16 GEMV faster?)
-- int8: ``QuantizedWeights(model, "int8")`` (attnlab.quant)
+- int8: ``QuantizedWeights(model, "int8")`` (attnlab.quant); int4: the same with the int4 scheme (groups of 32)
 - int8 + cats 50% / int8 + predicted 50%: and ``SparseMLP`` in gather mode (the int8 rows of the kept neurons);
   CATS calibrated on WikiText-2 valid, the Deja Vu predictors saved beside the model (lookahead)
 - int8 + sinks+window: and ``PolicyCache(sinks, budget 1024)`` after a prompt of ``--long`` tokens (8k), beside
   fp32 and int8 with the full cache at the same length (batch 1 only)
 
 The ceiling: the same step's projections alone -- a chain of GEMVs through every weight the model reads
-per token (int8: the int8 kernel; fp32: F.linear), timed in the same rounds. No step can be faster than its
-int8 chain, so the ceiling of a speed-up over fp32 is c = fp32 step / int8 chain, and each configuration's
-speed-up s is also given as the share of the available gain, (s - 1)/(c - 1).
+per token (int8: the int8 kernel; int4: the int4 kernel; fp32: F.linear), timed in the same rounds. No step can
+be faster than its int8 chain (an int4 step: its int4 chain), so the ceiling of a speed-up over fp32 is
+c = fp32 step / that chain, and each configuration's speed-up s is also given as the share of the available
+gain, (s - 1)/(c - 1).
 
     python benchmarks/bench_decode.py --out benchmarks/results/bench-decode
 """
@@ -29,12 +30,12 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from attnlab.core import int8
 from attnlab.evals.inputs import text_ids
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 from attnlab.models import arch
 from attnlab.models.pretrained import load_model_and_tokenizer
+from attnlab.quant.schemes import SCHEMES
 from attnlab.quant.transform import QuantizedWeights, projections
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.registry import RULES, RuleInputs
@@ -69,8 +70,13 @@ class Run:
             self.times.append(time.perf_counter() - t0)
 
 
-def _int8(model, stack, tok):
-    stack.enter_context(QuantizedWeights(model, "int8"))
+def _weights(scheme: str):
+    def build(model, stack, tok):
+        stack.enter_context(QuantizedWeights(model, scheme))
+    return build
+
+
+_int8 = _weights("int8")
 
 
 def _sparse(rule_name: str):
@@ -83,13 +89,14 @@ def _sparse(rule_name: str):
     return build
 
 
-def chain(model, quantized: bool, batch: int):
-    """One step's projections alone (x random; the shapes and bytes are the model's): a callable."""
+def chain(model, scheme: str | None, batch: int):
+    """One step's projections alone (x random; the shapes and bytes are the model's) under a weight scheme (None:
+    fp32): a callable."""
     projs = projections(model)
     xs = [torch.randn(batch, arch.weight(p).shape[1]) for p in projs]
-    if quantized:
-        ws = [int8.quantize(arch.weight(p)) for p in projs]
-        return lambda: [int8.linear(x, w) for x, w in zip(xs, ws)]
+    if scheme:
+        ws = [SCHEMES.get(scheme).quantize(arch.weight(p)) for p in projs]
+        return lambda: [w.linear(x) for x, w in zip(xs, ws)]
     ws = [arch.weight(p).detach() for p in projs]
     return lambda: [F.linear(x, w) for x, w in zip(xs, ws)]
 
@@ -115,9 +122,10 @@ def table(runs: list[Run], chains: dict, steps: int, warmup: int, title: str) ->
     for k, t in chain_med.items():
         print(f"| ceiling: {k} GEMV chain alone | {t * 1e3:.2f} | {runs[0].next.shape[0] / t:.1f} | {base / t:.2f}x |")
     if "int8" in chain_med:  # the step can be no faster than reading its int8 weights: c = fp32 step / int8 chain
-        c, floor = base / chain_med["int8"], chain_med["int8"]
         print()
-        for r in runs[1:]:
+        for r in runs[1:]:  # (int4 rows: their own int4 chain, whose weights are fewer bytes)
+            scheme = "int4" if r.name.startswith("int4") and "int4" in chain_med else "int8"
+            c, floor = base / chain_med[scheme], chain_med[scheme]
             t = statistics.median(r.times)
             print(f"{r.name}: {base / t:.2f}x fp32 of a {c:.2f}x ceiling, {(base / t - 1) / (c - 1):.0%} of the "
                   f"available gain; the weights' reads are {floor / t:.0%} of its step")
@@ -135,14 +143,15 @@ def main(argv=None):
     _, tok = load_model_and_tokenizer(MODEL)
     ids = text_ids(tok, "wikitext-2/test.txt", max(args.long, args.prompt * max(args.batch)))
     configs = [("fp32", lambda m, s, t: None), ("bf16", lambda m, s, t: m.to(torch.bfloat16)), ("int8", _int8),
-               ("int8 + cats 50%", _sparse("cats")),
+               ("int4", _weights("int4")), ("int8 + cats 50%", _sparse("cats")),
                ("int8 + predicted 50%", _sparse("predicted"))]
     with recorded(args.out):
         print(f"# Decode on SmolLM2-135M ({torch.get_num_threads()} threads)")
         for b in args.batch:
             prompt = ids[:b * args.prompt].view(b, args.prompt)  # b different stretches of the text
             runs = [Run(name, build, tok, b, prompt) for name, build in configs]
-            chains = {"fp32": chain(runs[0].model, False, b), "int8": chain(runs[0].model, True, b)}
+            chains = {"fp32": chain(runs[0].model, None, b), "int8": chain(runs[0].model, "int8", b),
+                      "int4": chain(runs[0].model, "int4", b)}
             table(runs, chains, args.steps, args.warmup, f"batch {b}, prompt {args.prompt} tokens")
             del runs, chains
         if args.long:

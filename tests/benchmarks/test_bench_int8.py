@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnlab.core import int8
 from attnlab.quant.transform import projections
 from tiny_models import tiny
 
@@ -32,6 +33,6 @@ def test_the_decode_chain_reads_every_projection_once(load_benchmark, monkeypatc
     bench_decode = load_benchmark("bench_decode")
     model = tiny("llama")
     calls = []
-    monkeypatch.setattr(bench_decode.int8, "linear", lambda x, w: calls.append(w.q.shape) or x)
-    bench_decode.chain(model, True, 1)()
+    monkeypatch.setattr(int8, "linear", lambda x, w, bias=None: calls.append(w.q.shape) or x)
+    bench_decode.chain(model, "int8", 1)()
     assert sorted(calls) == sorted((p.weight.shape[0], p.weight.shape[1]) for p in projections(model))

@@ -72,7 +72,7 @@ def test_sink_table_with_a_method_equals_applying_it_by_hand(tmp_path):
 
 
 def test_streameval_jobs_hold_their_methods_while_the_process_keeps_the_model(tmp_path):
-    from attnlab.core import int8
+    from attnlab.core import weights
     from attnlab.quant.transform import projections
     from attnlab.recall import jobs
     from sinks.test_sinks import save_variant
@@ -81,8 +81,8 @@ def test_streameval_jobs_hold_their_methods_while_the_process_keeps_the_model(tm
     jobs._model.cache_clear()
     model, _ = jobs._model(folder, ("int8",))
     proj = projections(model, False)[0]
-    assert getattr(proj, int8.ATTR, None) is not None  # entered for the runs
+    assert weights.of(proj) is not None  # entered for the runs
     jobs._model(folder, ())  # another model for this process: the first one's methods are released
-    assert getattr(proj, int8.ATTR, None) is None
+    assert weights.of(proj) is None
     jobs._model.cache_clear()
     jobs._HELD.close()

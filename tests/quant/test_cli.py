@@ -61,7 +61,7 @@ def test_a_scheme_registered_in_one_place_reaches_help_validation_and_the_transf
         def __call__(self, x):
             return torch.nn.functional.linear(x, self.w.float(), self.bias)
 
-    monkeypatch.setitem(SCHEMES._items, "fp16-test", Scheme(lambda w: w.half(), Rounded))
+    monkeypatch.setitem(SCHEMES._items, "fp16-test", Scheme(lambda w: w.half(), "fp16-rounded weights", Rounded))
     with pytest.raises(SystemExit):
         main(["stream", "--help"])
     assert "int8, fp16-test" in " ".join(capsys.readouterr().out.split())

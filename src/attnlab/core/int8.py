@@ -13,7 +13,8 @@ once, at quantization). The result is rounded to bf16's 8 mantissa bits: the cla
 ``attnlab reproduce quant-agreement`` say what that costs a real model.
 
 Pure torch (no Hugging Face): the transform that swaps a model's projections is
-:mod:`attnlab.quant.transform`; the sparse MLP gathers int8 rows through :func:`gather_rows`.
+:mod:`attnlab.quant.transform`; the sparse MLP reads an Int8Weight through the weight layout protocol
+(:mod:`attnlab.core.weights`: ``linear``, ``rows``, ``columns``).
 """
 from __future__ import annotations
 
@@ -41,6 +42,17 @@ class Int8Weight(NamedTuple):
     @property
     def nbytes(self) -> int:
         return self.q.numel() * self.q.element_size() + self.scale.numel() * self.scale.element_size()
+
+    # the weight layout protocol (attnlab.core.weights): what the sparse MLP's gathers read
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return linear(x, self, bias)
+
+    def rows(self, rows: torch.Tensor, scratch=None) -> "Int8Weight":
+        """Output units ``rows`` (u,): q's rows (into a scratch buffer, if lent) and their scales."""
+        return gather_rows(self, rows, scratch.take(self.q, rows.numel()) if scratch is not None else None)
+
+    def columns(self) -> "Int8Columns":
+        return Int8Columns.of(self)
 
 
 def _pad_to_block(t: torch.Tensor) -> torch.Tensor:
@@ -107,22 +119,3 @@ class Int8Columns(NamedTuple):
     def rows_product(self, v_u: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """v_u (N, u) holding input units ``rows`` (u,) -> (N, out): only those units' columns read."""
         return matmul(_pad_to_block(v_u), columns_t(self.q_t, rows), self.w.scale)
-
-
-ATTR = "attnlab_quantized"  # where a quantized projection keeps its weight (attnlab.quant.transform sets it)
-
-
-def of(module) -> Int8Weight | None:
-    """A projection's int8 weight while it is quantized to int8, else None."""
-    w = getattr(module, ATTR, None)
-    return w if isinstance(w, Int8Weight) else None
-
-
-class Int8Forward:
-    """A projection's forward on its int8 weight (the transform installs it as the module's forward)."""
-
-    def __init__(self, w: Int8Weight, bias: torch.Tensor | None):
-        self.w, self.bias = w, bias
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.w, self.bias)

@@ -3,6 +3,8 @@ with one did-you-mean."""
 from __future__ import annotations
 
 import difflib
+import importlib
+import pkgutil
 from typing import Callable, Generic, Iterator, TypeVar
 
 from attnlab.core.errors import UsageError
@@ -64,3 +66,14 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._read())
+
+
+def files(package: str, prefix: str = "") -> Callable[[], None]:
+    """A ``discover`` that imports every module of ``package`` whose name starts with ``prefix``: a new item is a
+    file of its own there, registered by its own decorator or ``add`` (found, not listed)."""
+    def discover() -> None:
+        pkg = importlib.import_module(package)
+        for info in pkgutil.iter_modules(pkg.__path__, package + "."):
+            if info.name.rpartition(".")[2].startswith(prefix):
+                importlib.import_module(info.name)
+    return discover

@@ -43,6 +43,13 @@ def text_ids(tok, text: str, tokens: int, fix: str | None = None) -> torch.Tenso
     return torch.tensor(ids)
 
 
+def load_stream(name: str, text: str, tokens: int, device: str = "cpu", fix: str | None = None):
+    """The model (on ``device``) and the first ``tokens`` token ids (T,) of ``text``; a model pre-trained
+    with a sink token gets it first, as in training (T+1 ids then)."""
+    model, tok = load_model(name, device)
+    return model, with_sink(model, text_ids(tok, text, tokens, fix))
+
+
 def with_sink(model, ids: torch.Tensor) -> torch.Tensor:
     """ids (T,) -> (T+1,) led by the model's sink token, if it was pre-trained with one; else ids."""
     sink = sink_token_id(model)

@@ -28,16 +28,14 @@ is the seam for one that builds itself differently).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-import pkgutil
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from attnlab.core.errors import UsageError, check_number
 from attnlab.core.metrics import received_attention
-from attnlab.core.registry import Registry
+from attnlab.core.registry import Registry, files
 
 KEEP = float("inf")  # priority of a token the policy must keep (sink or recent)
 POSITIONS = ("original", "rolling")  # where kept tokens sit: their stream positions, or their ranks in the cache
@@ -57,16 +55,8 @@ class SlotState:
     keys: torch.Tensor
 
 
-def _policy_files() -> None:
-    """Import every ``attnlab/kv/policy_*.py``: a new policy is one such file, registered by its decorator."""
-    import attnlab.kv
-
-    for info in pkgutil.iter_modules(attnlab.kv.__path__, "attnlab.kv."):
-        if info.name.rpartition(".")[2].startswith("policy_"):
-            importlib.import_module(info.name)
-
-
-POLICIES: Registry[type[KVPolicy]] = Registry("KV policy", discover=_policy_files)
+# a new policy is one file, attnlab/kv/policy_NAME.py, registered by its decorator
+POLICIES: Registry[type[KVPolicy]] = Registry("KV policy", discover=files("attnlab.kv", "policy_"))
 
 
 def register(cls: type[KVPolicy]) -> type[KVPolicy]:

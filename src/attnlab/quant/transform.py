@@ -4,7 +4,7 @@
         logits = model(ids).logits
 
 On enter every projection the architecture table names (attention q/k/v or fused qkv and o, the MLP's
-in/gate/out, the LM head) gets its quantized weight as an attribute (``attnlab.core.int8.ATTR``) and a forward
+in/gate/out, the LM head) gets its quantized weight as an attribute (``attnlab.core.weights.ATTR``) and a forward
 that reads it, installed as an instance attribute; on exit both are deleted, the class forward comes back.
 The float weights are never touched, so the model is restored bit for bit (and memory holds both while
 inside: int8 adds a quarter of the float weights' bytes; what decode *reads* is the int8 copy). SparseMLP
@@ -17,7 +17,7 @@ from contextlib import nullcontext
 
 from torch import nn
 
-from attnlab.core import int8
+from attnlab.core import weights
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
 from attnlab.quant.schemes import SCHEMES
@@ -45,7 +45,7 @@ class QuantizedWeights:
         self.scheme = SCHEMES.get(scheme)  # an unknown scheme: did you mean
         self.projs = projections(model, lm_head)
         for p in self.projs:
-            if getattr(p, int8.ATTR, None) is not None:
+            if getattr(p, weights.ATTR, None) is not None:
                 raise UsageError("this model's weights are already quantized: quantize once (one QuantizedWeights, "
                                  "one --quant)")
             if "forward" in p.__dict__:
@@ -57,7 +57,7 @@ class QuantizedWeights:
         try:
             for p in self.projs:
                 q = self.scheme.quantize(arch.weight(p))
-                setattr(p, int8.ATTR, q)
+                setattr(p, weights.ATTR, q)
                 p.forward = self.scheme.forward(q, p.bias)
                 self._done.append(p)
         except BaseException:
@@ -68,13 +68,13 @@ class QuantizedWeights:
     def __exit__(self, *exc) -> None:
         for p in self._done:
             del p.forward  # the class forward comes back
-            delattr(p, int8.ATTR)
+            delattr(p, weights.ATTR)
         self._done = []
 
     def nbytes(self) -> tuple[int, int]:
         """(float bytes, quantized bytes) of the projections' weights while inside."""
         full = sum(arch.weight(p).numel() * arch.weight(p).element_size() for p in self._done)
-        return full, sum(getattr(p, int8.ATTR).nbytes for p in self._done)
+        return full, sum(getattr(p, weights.ATTR).nbytes for p in self._done)
 
 
 def quantized(model: nn.Module, scheme: str | None):

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.core import int8
+from attnlab.core import weights
 from attnlab.models import arch
 
 
@@ -61,28 +61,28 @@ def _gather(w: torch.Tensor, rows: torch.Tensor, scratch: Scratch | None) -> tor
 
 
 def rows_linear(x: torch.Tensor, proj: nn.Module, rows: torch.Tensor, scratch: Scratch | None = None) -> torch.Tensor:
-    """x (N, d) -> (N, u): only the output units ``rows`` (u,) of projection ``proj`` (its int8 rows and their
-    scales where it is quantized: a quarter of the bytes per kept neuron)."""
+    """x (N, d) -> (N, u): only the output units ``rows`` (u,) of projection ``proj`` (where it is quantized, its
+    scheme's rows: int8's are a quarter of the bytes per kept neuron)."""
     bias = proj.bias.index_select(0, rows) if proj.bias is not None else None
-    w8 = int8.of(proj)
-    if w8 is not None:
-        return int8.linear(x, int8.gather_rows(w8, rows, scratch.take(w8.q, rows.numel()) if scratch else None), bias)
+    wq = weights.of(proj)
+    if wq is not None:
+        return wq.rows(rows, scratch).linear(x, bias)
     return F.linear(x, _gather(arch.weight(proj), rows, scratch), bias)  # W[rows] (u, d)
 
 
 def transposed(proj: nn.Module):
     """The projection read by input units: its weight transposed (in, out) as a contiguous copy, or, where it
-    is quantized, an ``int8.Int8Columns`` (the int8 copy transposed; the scales stay per output unit)."""
-    w8 = int8.of(proj)
-    return arch.weight(proj).detach().T.contiguous() if w8 is None else int8.Int8Columns.of(w8)
+    is quantized, its scheme's columns (``weights.Columns``; int8's: the int8 copy transposed)."""
+    wq = weights.of(proj)
+    return arch.weight(proj).detach().T.contiguous() if wq is None else wq.columns()
 
 
 def rows_matmul(v_u: torch.Tensor, w_t, rows: torch.Tensor, bias, scratch: Scratch | None = None) -> torch.Tensor:
     """v_u (N, u) @ W_t[rows] (u, o) + bias: only the rows of the transposed weight for units ``rows``.
     One row (batch-1 decode): ``embedding_bag`` sums the rows in place, weighted by v (PowerInfer's axpy),
     without copying them; for more rows one copy serves a GEMM, faster than N passes over the rows.
-    An int8 ``w_t`` (``int8.Int8Columns``): its int8 rows, transposed into one small copy for the kernel."""
-    if isinstance(w_t, int8.Int8Columns):
+    A quantized ``w_t`` (a scheme's ``weights.Columns``): its own product over those rows."""
+    if not isinstance(w_t, torch.Tensor):
         out = w_t.rows_product(v_u, rows)  # (N, o)
     elif v_u.shape[0] == 1:
         out = F.embedding_bag(rows[None], w_t, per_sample_weights=v_u, mode="sum")  # (1, o)
@@ -96,7 +96,7 @@ def input_sparse(v: torch.Tensor, mask: torch.Tensor | None, w_t, bias,
     """v (N, m) @ W_t (m, o) + bias reading only the rows of W_t for input units some row keeps
     (each row's own dropped units zeroed first): TEAL's input channels and its h entering down_proj."""
     if mask is None:
-        return w_t.dense(v, bias) if isinstance(w_t, int8.Int8Columns) else F.linear(v, w_t.T, bias)
+        return F.linear(v, w_t.T, bias) if isinstance(w_t, torch.Tensor) else w_t.dense(v, bias)
     rows = union(mask)  # (u,)
     return rows_matmul((v * mask).index_select(1, rows), w_t, rows, bias, scratch)
 

@@ -31,7 +31,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from attnlab.core import int8
+from attnlab.core import weights
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
 from attnlab.sparsity.gather import Scratch
@@ -93,8 +93,9 @@ class SparseMLP:
                 rule.check(i, arch.weight(m.out_proj).shape[1])
             if self.flat and float(m.act_fn(torch.zeros(1)).abs()) != 0:
                 raise UsageError(f"layer {i}'s activation is not 0 at 0, which the inline-MLP path relies on")
-        if mode == "cached" and any(int8.of(p) is not None for m in self.mlps.values() for p in m[1:4]):
-            raise UsageError("the active-set cache (mode cached) holds float rows: on int8 weights use mode gather")
+        if mode == "cached" and any(weights.of(p) is not None for m in self.mlps.values() for p in m[1:4]):
+            raise UsageError("the active-set cache (mode cached) holds float rows: on quantized weights use mode "
+                             "gather")
         self._replaced: list[tuple[nn.Module, object]] = []
 
     def __enter__(self) -> "SparseMLP":
@@ -127,12 +128,12 @@ class SparseMLP:
             if before is None:
                 del module.forward  # the class forward comes back
             else:
-                module.forward = before  # an int8 projection's forward (QuantizedWeights outside this)
+                module.forward = before  # a quantized projection's forward (QuantizedWeights outside this)
         self._replaced = []
 
     def _replace(self, module: nn.Module, forward, i: int) -> None:
         before = module.__dict__.get("forward")
-        if before is not None and not isinstance(before, int8.Int8Forward):
+        if before is not None and not isinstance(before, weights.QuantForward):
             raise UsageError(f"layer {i}'s MLP already has its forward replaced (another SparseMLP on it, or an "
                              "accelerate hook): use one SparseMLP per layer")
         module.forward = forward

@@ -18,17 +18,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.core import int8
+from attnlab.core import weights
 from attnlab.models import arch
 from attnlab.sparsity.gather import ActiveSet, Scratch, input_sparse, rows_linear, rows_matmul, transposed, union
 from attnlab.sparsity.rules import Rule
 
 
 def _linear(proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The projection's dense product, from its weight (never through a forward SparseMLP replaced): its int8
-    weight where it is quantized."""
-    w8 = int8.of(proj)
-    return F.linear(x, arch.weight(proj), proj.bias) if w8 is None else int8.linear(x, w8, proj.bias)
+    """The projection's dense product, from its weight (never through a forward SparseMLP replaced): its quantized
+    weight where a scheme is entered on it."""
+    wq = weights.of(proj)
+    return F.linear(x, arch.weight(proj), proj.bias) if wq is None else wq.linear(x, proj.bias)
 
 
 class SparseLayer:
