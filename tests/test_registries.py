@@ -2,7 +2,7 @@
 there (and nowhere else) reaches the command's --help, its config's validation and a sweep's cells."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pytest
 import torch
@@ -108,3 +108,31 @@ def test_a_registered_name_is_a_method_in_help_validation_and_sweep(throwaways, 
     assert [c.overrides["methods"] for c in cells] == axis.split(";")
     for cell in cells:
         runner.resolve_config(exp, cell.overrides, None, False)
+
+
+# the issue's proof: a KV policy with its own option, a second weight scheme and a RoPE scaling whose parameters
+# are options, each one file (kv/policy_tova.py, quant/schemes/int4.py, YaRN in rope/scalings.py) and no other edit
+PROOFS = {"kv": "tova:budget=0.5,heads=each", "weights": "int4", "rope": "yarn:factor=2,beta_fast=16"}
+TAKING = [e.name for e in registry.load_all().values() if "methods" in {f.name for f in fields(e.config_cls)}]
+
+
+@pytest.mark.parametrize("name", TAKING)
+def test_the_one_file_methods_reach_every_command_that_takes_their_kind(name, capsys):
+    from attnlab.methods.base import parse
+    from attnlab.methods.configured import configured
+
+    assert main(["methods"]) == 0
+    listed = capsys.readouterr().out
+    exp, reached = registry.get(name), []
+    for kind, spec in PROOFS.items():
+        assert spec.partition(":")[0] in listed  # `attnlab methods` (and so --method's help) names it
+        try:
+            cfg = runner.resolve_config(exp, {"methods": spec}, None, False)  # validation takes it
+        except UsageError as e:
+            assert str(e).startswith("--method ")  # a kind this command compares itself: one line saying so
+            continue
+        assert parse(spec) in configured(cfg)
+        cells = make_grid(exp.name, exp.config_cls, [f"methods={spec};"], {}, None, False).cells()
+        assert [c.overrides["methods"] for c in cells][:1] == [spec]  # a sweep's cell names it
+        reached.append(kind)
+    assert "weights" in reached or "rope" in reached
