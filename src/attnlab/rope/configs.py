@@ -12,9 +12,11 @@ from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
 from attnlab.methods.configured import configured, methods_option
 
-ALL_SCALINGS = ("none", "pi", "ntk", "dynamic-ntk", "yarn")
-SCALINGS_HELP = ("comma-separated RoPE scalings: none, pi (linear interpolation), ntk (NTK-aware base), "
-                 "dynamic-ntk (factor from the current length), yarn")
+
+def _scaling_names() -> list[str]:
+    from attnlab.rope.scalings import SCALINGS  # the registry: a scaling's file is all a new one needs
+
+    return SCALINGS.names()
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,8 @@ class ScaledModel:
     """A RoPE model and the scalings it is evaluated under, each at ``factor`` (none at 1)."""
 
     model: str = option("smollm2", "alias (smollm2), model folder, attnlab train run or hub id")
-    scalings: tuple[str, ...] = option(ALL_SCALINGS, SCALINGS_HELP)
+    scalings: tuple[str, ...] = option(("all",), "comma-separated RoPE scalings, or all (the default): {choices} "
+                                       "(`attnlab methods` says what each does)", choices=_scaling_names)
     factor: float = option(2.0, "s = target context / trained context: 16k for SmolLM2's 8k")
     methods: tuple[str, ...] = methods_option()
     rope_method = True  # a RoPE --method replaces --scalings (False: the experiment compares every one with none)
@@ -30,6 +33,8 @@ class ScaledModel:
     def __post_init__(self):
         if not self.scalings:
             raise UsageError("--scalings is empty: name at least one, e.g. none,ntk")
+        if self.scalings == ("all",):  # every registered scaling, named in config.json
+            object.__setattr__(self, "scalings", tuple(_scaling_names()))
         self.scalings_applied()  # unknown names and factors < 1 refused with the config
         self.methods_applied()
 

@@ -19,7 +19,7 @@ breaks. With s = L'/L the target extension factor:
 Factor 1 is exactly the original RoPE for every scaling. Each scaling also names the
 ``rope_parameters`` entries that stand for it in a transformers config (plain dicts: no
 transformers here); applying a scaling to a loaded model and exporting it into its config is
-:mod:`attnlab.rope.apply`. A new scaling is a class here plus its line in ``SCALINGS``.
+:mod:`attnlab.rope.apply`. A new scaling is a file of its own, ``rope/scaling_NAME.py`` (``scaling_yarn.py``).
 """
 from __future__ import annotations
 
@@ -29,8 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.core.errors import UsageError
-from attnlab.core.registry import Registry
-from attnlab.experiments.command import option
+from attnlab.core.registry import Registry, files
 
 
 def rope_inv_freq(base: float, dim: int) -> torch.Tensor:
@@ -112,36 +111,17 @@ class DynamicNTK(RopeScaling):
         return {"rope_type": "dynamic", "factor": self.factor}
 
 
-@dataclass(frozen=True)
-class YaRN(RopeScaling):
-    beta_fast: float = option(32.0, "dims turning more than this many times over the trained context are kept "
-                              "(extrapolated)", bounds="> 0")
-    beta_slow: float = option(1.0, "dims turning fewer times are interpolated by the factor", bounds="> 0")
-    name = "yarn"
-    about = "YaRN: per dimension, interpolate the slow ones, keep the fast ones, ramp between; logits scaled"
-
-    def frequencies(self, base, dim, original_len, seq_len=None):
-        if self.factor == 1:  # the blend below is exact only up to rounding
-            return rope_inv_freq(base, dim), 1.0
-        wavelength = base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim)  # 1 / θ_j
-        extrapolated, interpolated = 1.0 / wavelength, 1.0 / (self.factor * wavelength)
-        # the dim index at which a frequency turns `rot` times over L (inverted θ_j·L = 2π·rot)
-        def dim_of(rot: float) -> float:
-            return dim * math.log(original_len / (rot * 2 * math.pi)) / (2 * math.log(base))
-
-        low, high = max(math.floor(dim_of(self.beta_fast)), 0), min(math.ceil(dim_of(self.beta_slow)), dim - 1)
-        high = high + 0.001 if high == low else high  # no division by zero when the range collapses
-        ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # 0: keep, 1: interp.
-        inv = interpolated * ramp + extrapolated * (1 - ramp)
-        return inv, 0.1 * math.log(self.factor) + 1.0
-
-    def _rope_parameters(self, base, dim, original_len):
-        return {"rope_type": "yarn", "factor": self.factor, "beta_fast": self.beta_fast, "beta_slow": self.beta_slow,
-                "original_max_position_embeddings": original_len}
+# a new scaling is one file, attnlab/rope/scaling_NAME.py, registered by its decorator (YaRN's is the example)
+SCALINGS: Registry[type[RopeScaling]] = Registry("RoPE scaling", discover=files("attnlab.rope", "scaling_"))
 
 
-SCALINGS: Registry[type[RopeScaling]] = Registry("RoPE scaling")
-for _cls in (RopeScaling, PI, NTK, DynamicNTK, YaRN):
+def register(cls: type[RopeScaling]) -> type[RopeScaling]:
+    """Class decorator: the scaling becomes ``SCALINGS[cls.name]``."""
+    SCALINGS.add(cls.name, cls)
+    return cls
+
+
+for _cls in (RopeScaling, PI, NTK, DynamicNTK):
     SCALINGS.add(_cls.name, _cls)
 
 
