@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from attnlab.core.errors import UsageError
-from attnlab.kv.policies import RowPolicies, make_policy
+from attnlab.kv.policies import make_policy
+from attnlab.kv.rows import RowPolicies
 from attnlab.view.replay import policies_for, replay
 from tiny_models import random_ids, tiny
 

@@ -10,7 +10,8 @@ import torch
 from attnlab.core.errors import UsageError
 from attnlab.core.io import write_atomic
 from attnlab.kv.cache import check_sink_slot
-from attnlab.kv.policies import KVPolicy, same_capacity
+from attnlab.kv.policies import KVPolicy
+from attnlab.kv.rows import same_capacity
 from attnlab.models import arch
 from attnlab.view.capture import capture
 from attnlab.view.defaults import DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT_POLICIES, MAX_TOKENS, VIEW_FILE

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.kv.cache import PolicyCache, check_sink_slot
-from attnlab.kv.policies import KVPolicy, RowPolicies, make_policy, same_capacity
+from attnlab.kv.policies import KVPolicy, make_policy
+from attnlab.kv.rows import RowPolicies, same_capacity
 
 
 @dataclass
