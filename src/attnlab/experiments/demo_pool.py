@@ -5,8 +5,9 @@ small to split), so two of them side by side finish sooner than one after the ot
 experiment that starts worker processes of its own (a ``workers`` setting above 1) runs alone with every
 core; those go first, while every core is free. The rest start longest first (``QUICK_SECONDS``), so that no
 long run is left to finish alone on one core at the end: the classic longest-processing-time rule, within
-4/3 of the best schedule. Models are fetched once, before any run starts, so that no two runs fetch the same
-model. Reports come back in the talk's order, whatever order the runs finish in.
+4/3 of the best schedule. Until the first run that reads a model has finished (it may have fetched the model
+on first use), no other run that reads one starts beside it; the others do. Reports come back in the talk's
+order, whatever order the runs finish in.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 
-from attnlab.core.errors import MissingResource, UsageError
+from attnlab.core.errors import MissingResource
 from attnlab.experiments import registry, runner
 from attnlab.experiments.report import DemoRun, Skipped
 
@@ -64,17 +65,8 @@ def cores_needed(exp: registry.Experiment, quick: bool) -> int:
     return 2 if int(getattr(cfg, "workers", 1) or 1) > 1 else 1
 
 
-def fetch_models(exps: list[registry.Experiment], quick: bool) -> None:
-    """Fetch every model a run of ``exps`` reads, one after the other, before the runs start side by side;
-    one that cannot be had here is left for its runs to skip with their own line."""
-    from attnlab.models.pretrained import resolve_model
-
-    names = {getattr(runner.resolve_config(e, {}, None, quick=quick), "model", None) for e in exps}
-    for name in sorted(n for n in names if isinstance(n, str)):
-        try:
-            resolve_model(name)
-        except UsageError:  # offline and not cached, say: each run that needs it says so and is skipped
-            pass
+def _reads_a_model(exp: registry.Experiment, quick: bool) -> bool:
+    return isinstance(getattr(runner.resolve_config(exp, {}, None, quick=quick), "model", None), str)
 
 
 def schedule(exps: list[registry.Experiment], need: dict[str, int]) -> list[registry.Experiment]:
@@ -87,16 +79,20 @@ def schedule(exps: list[registry.Experiment], need: dict[str, int]) -> list[regi
 def run_side_by_side(exps: list[registry.Experiment], stage: Path, device: str, quick: bool,
                      cores: int = 2) -> list[DemoRun | Skipped]:
     """Every experiment of ``exps`` into ``stage``, ``cores`` one-thread runs at a time (see the module)."""
-    fetch_models(exps, quick)
     need = {e.name: min(cores, cores_needed(e, quick)) for e in exps}
+    model = {e.name for e in exps if _reads_a_model(e, quick)}
     pending, running, done = schedule(exps, need), {}, {}
     t0 = time.perf_counter()
     with ProcessPoolExecutor(cores, mp_context=get_context("spawn")) as pool:
         while pending or running:
             free = cores - sum(need[n] for n in running.values())
-            for exp in [e for e in pending if need[e.name] <= free]:  # a shorter run may pass one waiting for cores
-                if need[exp.name] > free:
+            # until a run that reads a model has finished (it may have fetched it), no second one starts
+            fetched = bool(model & done.keys())
+            fetching = not fetched and bool(model & set(running.values()))
+            for exp in [e for e in pending if need[e.name] <= free]:  # a shorter run may pass one that must wait
+                if need[exp.name] > free or (fetching and exp.name in model):
                     continue
+                fetching = fetching or (not fetched and exp.name in model)
                 pending.remove(exp)
                 threads = 1 if need[exp.name] == 1 else max(1, os.cpu_count() or 1)
                 print(f"[demo] {len(done) + len(running) + 1}/{len(exps)} {exp.name} ({exp.part}) ...",
