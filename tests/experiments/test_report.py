@@ -7,10 +7,10 @@ from attnlab.experiments.report import (
     DemoRun,
     Skipped,
     claims_markdown,
-    demo_index_html,
     demo_report_md,
     experiment_report,
 )
+from attnlab.experiments.report_html import demo_index_html
 from html_page import Page
 
 WHY = "quick mode trains 10x fewer steps than the paper"

@@ -12,7 +12,8 @@ from attnlab.core.io import write_atomic
 from attnlab.experiments import registry, runner
 from attnlab.experiments.claims import describe, tally
 from attnlab.experiments.demo_pool import run_one, run_side_by_side
-from attnlab.experiments.report import DemoRun, demo_index_html, demo_report_md
+from attnlab.experiments.report import DemoRun, demo_report_md
+from attnlab.experiments.report_html import demo_index_html
 
 DEMO_EXPERIMENTS: tuple[str, ...] | None = None  # None: every experiment registered with demo=True
 
