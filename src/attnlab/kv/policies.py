@@ -267,7 +267,8 @@ def make_policy(name: str, budget: float | None = None, n_sink: int = 4,
     if not policy.needs_budget:
         return policy
     if budget is None:
-        raise UsageError(f"policy {name!r} needs a budget: tokens (e.g. --budget 256) or a fraction (--budget 0.2)")
+        raise UsageError(f"policy {name!r} needs a budget, tokens or a share of those seen: --method {name}:budget=256 "
+                         f"(or {name}:budget=0.2; the older --budget 256 with --policy)")
     check_number("budget", budget, where=f"budget {budget}")  # NaN passes every `<` below; capacity() needs a number
     if budget <= 0 or (isinstance(budget, float) and budget >= 1 and not budget.is_integer()):
         raise UsageError(f"budget {budget}: give a token count >= 1 or a fraction in (0, 1)")
