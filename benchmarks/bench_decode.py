@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from attnlab.core.errors import UsageError
 from attnlab.evals.inputs import text_ids
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
@@ -87,6 +88,16 @@ def _sparse(rule_name: str):
         rule = kind.build(model, RuleInputs(calib, 512, None, MODEL))(0.5)
         stack.enter_context(SparseMLP(model, rule, mode="gather"))
     return build
+
+
+def _run_or_say(name: str, build, tok, batch: int, prompt: torch.Tensor) -> Run | None:
+    """The configuration's Run; None, with a line saying why, where this machine lacks what it reads (Deja Vu's
+    predictors are trained by `attnlab reproduce dejavu`, not shipped)."""
+    try:
+        return Run(name, build, tok, batch, prompt)
+    except UsageError as e:  # MissingResource, ConfigError: what it reads is not here
+        print(f"\n{name}: not run here ({e})")
+        return None
 
 
 def chain(model, scheme: str | None, batch: int):
@@ -149,7 +160,7 @@ def main(argv=None):
         print(f"# Decode on SmolLM2-135M ({torch.get_num_threads()} threads)")
         for b in args.batch:
             prompt = ids[:b * args.prompt].view(b, args.prompt)  # b different stretches of the text
-            runs = [Run(name, build, tok, b, prompt) for name, build in configs]
+            runs = [r for name, build in configs if (r := _run_or_say(name, build, tok, b, prompt))]
             chains = {"fp32": chain(runs[0].model, None, b), "int8": chain(runs[0].model, "int8", b),
                       "int4": chain(runs[0].model, "int4", b)}
             table(runs, chains, args.steps, args.warmup, f"batch {b}, prompt {args.prompt} tokens")
