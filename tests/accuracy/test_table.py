@@ -105,15 +105,17 @@ def test_eval_with_method_equals_the_older_flags_it_replaces(tmp_path):
     sparsity=oracle, keep=0.5, quant=int8`` does: one stack enters both spellings."""
     from attnlab.accuracy.configs import EvalRun
     from attnlab.accuracy.run import evaluate
+    from attnlab.experiments.config import resolve
 
     model = tiny("llama", 0, vocab_size=300, max_position_embeddings=512, tie_word_embeddings=True,
                  bos_token_id=256, eos_token_id=256)
     tok = byte_tokenizer()
     tok.add_special_tokens({"eos_token": "<|endoftext|>"})
     base = dict(data=str(write_tasks(tmp_path / "eval", n=8)), tasks=("copa", "lambada"), shots=1, chunk=5)
-    old = evaluate(EvalRun(**base, policy="h2o", budget=0.2, sparsity="oracle", keep=0.5, quant="int8"), model, tok)
+    older = {"policy": "h2o", "budget": "0.2", "sparsity": "oracle", "keep": "0.5", "quant": "int8"}  # --quant: alias
+    old = evaluate(resolve(EvalRun, older, base), model, tok)
     new = evaluate(EvalRun(**base, methods=("h2o:budget=0.2", "oracle:keep=0.5", "int8")), model, tok)
     for t in base["tasks"]:
         assert new["tasks"][t]["correct"] == old["tasks"][t]["correct"]
         assert new["tasks"][t]["acc"] == old["tasks"][t]["acc"]
-    assert old["method"] == "int8 + h2o 20% + oracle keep 0.5" and new["method"] == "int8 + oracle + h2o:budget=0.2"
+    assert old["method"] == new["method"] == "int8 + oracle + h2o:budget=0.2"

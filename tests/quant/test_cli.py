@@ -37,7 +37,7 @@ def test_stream_runs_every_cache_on_int8_weights(setup, tmp_path):
         assert main(["stream", "--model", str(model), "--text", str(text), "--tokens", "64", "--policy", "sinks",
                      "--budget", "16", "--n-sink", "2", "--out", str(out)] + (["--quant", quant] if quant else [])) == 0
         runs[quant] = json.loads((out / "metrics.json").read_text())
-    assert runs["int8"]["quant"] == "int8" and runs[""]["quant"] is None
+    assert "int8" in runs["int8"]["methods"] and "int8" not in runs[""]["methods"]  # --quant int8 is --method int8
     for name, r in runs["int8"]["runs"].items():  # int8 moved the PPL, a little
         assert r["ppl"] != runs[""]["runs"][name]["ppl"]
         assert r["ppl"] == pytest.approx(runs[""]["runs"][name]["ppl"], rel=0.05)
@@ -48,7 +48,7 @@ def test_an_unknown_scheme_is_one_line_exit_2_before_any_work(setup, tmp_path, c
     out = tmp_path / "run"
     assert main([command, "--quant", "int3", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown weight quantization 'int3': did you mean 'int8'" in err[0]
+    assert len(err) == 1 and "unknown method 'int3': did you mean" in err[0]
     assert not out.exists()
 
 
@@ -69,5 +69,6 @@ def test_a_scheme_registered_in_one_place_reaches_help_validation_and_the_transf
     out = tmp_path / "run"
     assert main(["stream", "--model", str(model), "--text", str(text), "--tokens", "32", "--policy", "full",
                  "--quant", "fp16-test", "--out", str(out)]) == 0
-    assert json.loads((out / "metrics.json").read_text())["quant"] == "fp16-test"
+    assert "fp16-test" in json.loads((out / "metrics.json").read_text())["methods"]
+    assert "--quant fp16-test is --method fp16-test" in capsys.readouterr().err  # the new spelling, said
     assert SCHEMES.names()[-1] == "fp16-test"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attnlab.accuracy.tasks import TASKS
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
 from attnlab.methods.configured import configured, methods_option
-from attnlab.quant.options import quant_option
+from attnlab.quant.options import QUANT
 from attnlab.sparsity.registry import RULES
 
 
@@ -51,8 +52,9 @@ class EvalRun:
                              metavar="DIR")
     rope: str = option("", "RoPE scaling applied while answering: {choices} (default: none)", choices=_scalings)
     rope_factor: float = option(2.0, "--rope's factor (trained window x factor)")
-    quant: str = quant_option()
     methods: tuple[str, ...] = methods_option()
+
+    ALIASES: ClassVar = {"quant": QUANT}
 
     def __post_init__(self):
         for name in self.tasks:
@@ -85,7 +87,7 @@ class EvalRun:
         """The methods applied, as a table's row name (``dense`` when none); ``--method`` runs by their specs."""
         if self.methods:
             return " + ".join(m.spec() for m in self.methods_applied()) or "dense"
-        parts = [self.quant] if self.quant else []
+        parts = []
         if self.policy:
             b = f"{self.budget:g}" if isinstance(self.budget, float) else str(self.budget)
             parts.append(f"{self.policy} {float(self.budget):.0%}" if isinstance(self.budget, float) and self.budget < 1

@@ -35,6 +35,18 @@ def option(default: Any, help: str, *, flag: str | None = None, metavar: str | N
     return dataclasses.field(default=default, metadata=meta)
 
 
+@dataclasses.dataclass(frozen=True)
+class Alias:
+    """An older flag that spells a method (``--quant int8`` for ``--method int8``): a config lists its own in
+    ``ALIASES: ClassVar`` (name -> Alias); ``--NAME`` and ``--set NAME=`` are read as the method ``spec(text)``
+    gives ("" for none), with a line on stderr saying the new spelling."""
+
+    spec: Callable[[str], str]
+    help: str
+    metavar: str = "VALUE"
+    choices: Callable[[], list[str]] | None = None
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Fills a flag's registry choices in when help is printed, not when the parser is built."""
 
@@ -69,6 +81,11 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, skip: tu
                 kw["action"] = "append"
         action = parser.add_argument(flag, **kw)
         action.registry_choices = meta.get("choices")
+    for name, alias in getattr(config_cls, "ALIASES", {}).items():
+        action = parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=alias.metavar,
+                                     help=alias.help + " (the older spelling of --method; it goes in the next "
+                                     "release)")
+        action.registry_choices = alias.choices
 
 
 def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
@@ -81,7 +98,11 @@ def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
             base[f.name] = tuple(value)
         elif value is not None:
             overrides[f.name] = value
+    for name in getattr(config_cls, "ALIASES", {}):
+        if getattr(args, name, None) is not None:
+            overrides[name] = getattr(args, name)
     flags = {f.name: _flag(f) for f in dataclasses.fields(config_cls)}
+    flags |= {name: "--" + name.replace("_", "-") for name in getattr(config_cls, "ALIASES", {})}
     return config_mod.resolve(config_cls, overrides, base, lambda key, text: f"{flags[key]} {text}")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 import types
 import typing
 from typing import Any, Callable
@@ -88,7 +89,9 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     hints, metas = field_types(config_cls), field_metadata(config_cls)
     values: dict[str, Any] = dict(base or {})
     wheres: dict[str, str] = {}
-    for key, text in (overrides or {}).items():
+    notes: list[str] = []  # said once the config is built: a bad value is one line, the error's
+    overrides = _older_spellings(config_cls, dict(overrides or {}), values, spelled, notes)
+    for key, text in overrides.items():
         if key not in flat:
             raise UsageError(f"unknown config key {key!r}: {did_you_mean(key, flat)}keys are: {', '.join(flat)}")
         wheres[key] = spelled(key, text)
@@ -96,7 +99,12 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     for key, value in values.items():  # before the config is built: its own checks may not survive a NaN
         check_field(key, value, metas.get(key, {}), wheres.get(key))
     try:
-        return _build(config_cls, values)
+        cfg = _build(config_cls, values)
+        for note in notes:
+            if note not in _SAID:
+                _SAID.add(note)
+                print(note, file=sys.stderr)
+        return cfg
     except UsageError:
         raise
     except Exception as e:  # noqa: BLE001 -- a config's own check that crashed on a value it did not foresee
@@ -138,6 +146,30 @@ def field_metadata(cls: type, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{f.name}"] = f.metadata
     return out
+
+
+_SAID: set[str] = set()
+
+
+def _older_spellings(config_cls: type, overrides: dict[str, str], values: dict[str, Any],
+                     spelled: Callable[[str, str], str], notes: list[str]) -> dict[str, str]:
+    """``overrides`` with the config's older per-method keys (its ``ALIASES``: ``quant`` for ``--quant``, say)
+    turned into the ``methods`` entries they spell; ``notes`` gets the new spelling of each."""
+    aliases = getattr(config_cls, "ALIASES", {})
+    specs = []
+    for key in [k for k in overrides if k in aliases]:
+        text = overrides.pop(key)
+        spec = aliases[key].spec(text)
+        if spec:
+            specs.append(spec)
+            notes.append(f"attnlab: {spelled(key, text)} is --method {spec} now (the older spelling goes in the next "
+                         "release)")
+    if specs:
+        if "methods" in overrides:
+            overrides["methods"] = ";".join([overrides["methods"], *specs])
+        else:
+            values["methods"] = tuple(values.get("methods", getattr(config_cls(), "methods", ()))) + tuple(specs)
+    return overrides
 
 
 def _build(cls: type, values: dict[str, Any]) -> Any:

@@ -3,11 +3,12 @@ them (:mod:`attnlab.experiments.command`), and a run's config.json is one of the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attnlab.experiments.command import option
 from attnlab.experiments.config import check_fields
 from attnlab.methods.configured import configured, methods_option
-from attnlab.quant.options import quant_option
+from attnlab.quant.options import QUANT
 
 
 def _policy_names() -> list[str]:
@@ -33,8 +34,9 @@ class StreamRun:
     recompute: bool = option(False, "also run the sliding window with re-computation at the same budget "
                              "(slow: O(T x budget))")
     dense: bool = option(True, "skip the dense baseline")
-    quant: str = quant_option()
     methods: tuple[str, ...] = methods_option()
+
+    ALIASES: ClassVar = {"quant": QUANT}
 
     def __post_init__(self):
         check_fields(self)  # each option's bounds, NaN and infinity refused (the command line checked them already)

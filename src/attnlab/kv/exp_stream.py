@@ -42,7 +42,7 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
     (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
-               "positions": kv.positions, "chunk": cfg.chunk, "quant": cfg.quant or None,
+               "positions": kv.positions, "chunk": cfg.chunk,
                "methods": [m.spec() for m in methods],
                "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
                             "kv_bytes_final": r.kv_bytes[-1][1] if r.kv_bytes else None,

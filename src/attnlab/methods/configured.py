@@ -1,7 +1,8 @@
 """The methods a command's config names: ``--method`` (its ``methods`` field), and, for one release more, the
 older per-method flags (``--policy/--budget/--n-sink/--recent/--positions``, ``--sparsity/--keep/...``,
-``--rope/--rope-factor``, ``--quant``) read as the methods they spell. A kind given by ``--method`` replaces
-that kind's older flags. This is the one place those flags become methods."""
+``--rope/--rope-factor``) read as the methods they spell. A kind given by ``--method`` replaces that kind's
+older flags. (``--quant`` is already an alias its configs resolve into ``methods``:
+:class:`attnlab.experiments.command.Alias`.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,6 @@ def legacy(cfg: Any) -> list[Method]:
     fields = {f.name for f in dataclasses.fields(cfg)}  # fields only: H2OConfig.policy is a method, say
     get = lambda key, default=None: getattr(cfg, key) if key in fields else default  # noqa: E731
     out = []
-    if get("quant"):
-        out.append(_build(cfg.quant, "weights", {}))
     if get("rope") not in (None, "", "none"):
         out.append(_build(cfg.rope, "rope", {"factor": float(cfg.rope_factor)}))
     if get("sparsity"):

@@ -1,8 +1,9 @@
-"""``--quant``, the one flag every command that runs a model takes to quantize its weights: built from the
-scheme registry (torch-free: the registry is imported only when help is printed or a name is checked)."""
+"""``--quant NAME``, the older spelling of ``--method NAME`` for a weight scheme, kept one release as an alias on
+the commands that had it (``stream``, ``eval``, ``sparsity``): built from the scheme registry (torch-free: the
+registry is imported only when help is printed or a name is checked)."""
 from __future__ import annotations
 
-from attnlab.experiments.command import option
+from attnlab.experiments.command import Alias
 
 
 def scheme_choices() -> list[str]:
@@ -11,15 +12,5 @@ def scheme_choices() -> list[str]:
     return SCHEMES.names()
 
 
-def quant_option():
-    """A config field for ``--quant`` (default "": float weights)."""
-    return option("", "quantize the weights while it runs: {choices} (default: none, float weights)",
-                  choices=scheme_choices)
-
-
-def check_quant(name: str) -> None:
-    """An unknown scheme: one line with a did-you-mean (UsageError); "" (none) passes."""
-    if name:
-        from attnlab.quant.schemes import SCHEMES
-
-        SCHEMES.get(name)
+# a config lists it in its ALIASES: ``--quant int8`` and ``--set quant=int8`` are read as ``--method int8``
+QUANT = Alias(lambda name: name, "quantize the weights while it runs: {choices}", "SCHEME", scheme_choices)

@@ -9,7 +9,7 @@ from typing import ClassVar
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
 from attnlab.methods.configured import configured, methods_option
-from attnlab.quant.options import check_quant, quant_option
+from attnlab.quant.options import QUANT
 from attnlab.sparsity.registry import RULES, rule_names
 
 CALIBRATED = ", ".join(rule_names(("calibration",)))  # the rules built from a calibration text
@@ -46,9 +46,9 @@ class SparsityRun:
                                    "layer i-1's (lookahead): {choices}", choices=_sources)
     predictor_rank: int | None = option(None, f"--rule {PREDICTED}, beside the model: the predictors' rank r, where "
                                         "several are saved", metavar="R")
-    quant: str = quant_option()
     methods: tuple[str, ...] = methods_option()
 
+    ALIASES: ClassVar = {"quant": QUANT}
     METHOD_KINDS: ClassVar = ("weights", "rope")
     METHOD_WHY: ClassVar = ("sparsity measures its own rule (--rule, --keep) in windows scored in one forward each (no "
                             "KV cache); give a weight scheme or a RoPE scaling")
@@ -57,7 +57,6 @@ class SparsityRun:
         from attnlab.sparsity.rules import keep_count
 
         kind = RULES.get(self.rule)  # an unknown rule: did you mean
-        check_quant(self.quant)
         configured(self)  # an unknown method or option, one of a kind it cannot apply: one line, before the model
         keep_count(1, self.keep)
         if kind.reads != "predictors" and (self.predictors or self.predictor_rank is not None):

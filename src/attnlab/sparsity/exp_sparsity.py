@@ -53,7 +53,7 @@ def _measure(cfg: SparsityRun, ctx, model, ids, calib) -> dict:
         sparse, profile = sparse_perplexity(model, ids, rule, cfg.window, cfg.heads_keep, bar)
     layer_figure(ctx, {cfg.rule: profile}, cfg.keep, cos.layer.tolist(), overlap.tolist(), "sparsity.png")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
-               "rule": cfg.rule, "keep": cfg.keep, "heads_keep": cfg.heads_keep, "quant": cfg.quant or None,
+               "rule": cfg.rule, "keep": cfg.keep, "heads_keep": cfg.heads_keep,
                "dense_ppl": dense, "sparse_ppl": sparse, "ppl_increase": sparse / dense - 1, "profile": profile,
                "cosine_per_layer": cos.layer.tolist(), "overlap_per_layer": overlap.tolist()}
     if cfg.speed:
