@@ -95,7 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 0
         args.argv = argv  # the command that made a run, recorded in its report
-        return args.func(args)
+        code = args.func(args)
+        from attnlab.experiments.config import older_spellings
+
+        for note in older_spellings():  # said once the command has done its work: a bad input stays one line
+            print(note, file=sys.stderr)
+        return code
     except UsageError as e:
         print(f"attnlab: error: {e}", file=sys.stderr)
         return 2

@@ -118,4 +118,4 @@ def test_eval_with_method_equals_the_older_flags_it_replaces(tmp_path):
     for t in base["tasks"]:
         assert new["tasks"][t]["correct"] == old["tasks"][t]["correct"]
         assert new["tasks"][t]["acc"] == old["tasks"][t]["acc"]
-    assert old["method"] == new["method"] == "int8 + oracle + h2o:budget=0.2"
+    assert old["method"] == new["method"] == "int8 + oracle keep 0.5 + h2o 20%"  # the stack's order, labelled

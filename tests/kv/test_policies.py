@@ -104,11 +104,11 @@ def test_the_registry_is_what_names_policies():
     assert "knorm" in POLICIES and POLICIES.get("knorm") is KNorm
     for name in POLICIES.names():
         assert type(make_policy(name, 16, n_sink=2, recent=4)) is POLICIES.get(name)
-        assert StreamRun(policy=name, budget=16).make_policy().name == name
+        assert StreamRun(methods=(f"{name}:budget=16",)).make_policy().name == name
     assert H2OConfig(policies=("sinks", "sinks+h2o", "knorm")).policy("knorm") == KNorm(256)
     assert StreamEvalConfig(policies=("knorm", "window")).policies == ("knorm", "window")
     with pytest.raises(UsageError, match="did you mean 'knorm'"):
-        StreamRun(policy="knorn")
+        StreamRun(methods=("knorn:budget=16",))
     for config in (H2OConfig, StreamEvalConfig):
         with pytest.raises(UsageError, match=r"policies \['knorn'\]: use some of .*knorm"):
             config(policies=("sinks", "sinks+h2o", "knorn"))

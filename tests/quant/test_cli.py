@@ -48,7 +48,7 @@ def test_an_unknown_scheme_is_one_line_exit_2_before_any_work(setup, tmp_path, c
     out = tmp_path / "run"
     assert main([command, "--quant", "int3", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown method 'int3': did you mean" in err[0]
+    assert len(err) == 1 and "unknown weight quantization 'int3': did you mean 'int8'" in err[0]
     assert not out.exists()
 
 

@@ -8,8 +8,7 @@ from typing import ClassVar
 from attnlab.accuracy.tasks import TASKS
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.methods.configured import configured, methods_option
-from attnlab.quant.options import QUANT
+from attnlab.methods.configured import KV_FLAGS, QUANT, ROPE_FLAGS, SPARSITY_FLAGS, configured, methods_option, older
 from attnlab.sparsity.registry import RULES
 
 
@@ -37,24 +36,13 @@ class EvalRun:
     limit: int | None = option(None, "the first N items of each task (default: all)", metavar="N")
     shots: int = option(5, "examples from the same task before each item (k-shot), drawn with --seed")
     seed: int = option(0, "seed of the few-shot draw")
-    policy: str = option("", "KV-cache policy the context streams through: {choices} (default: none, dense)",
-                         choices=_policies)
-    budget: int | float = option(0.2, "--policy's budget: tokens kept (256) or a share of the context seen (0.2)")
-    n_sink: int = option(4, "attention sinks kept by the policies that keep sinks")
-    recent: int | None = option(None, "recent window of the h2o policies (default: half the budget)")
-    positions: str = option("original", "positions of kept tokens: original (H2O's masks) or rolling (StreamingLLM)")
-    chunk: int = option(32, "context tokens per forward while streaming through --policy (eviction between chunks)")
-    sparsity: str = option("", "contextual-sparsity rule on the MLPs: {choices} (default: none)", choices=RULES.names)
-    keep: float = option(0.5, "--sparsity's share of MLP neurons kept per token, in (0, 1]")
-    calibration: str = option("wikitext-2/valid.txt", "calibration text of the rules built from one")
-    calibration_tokens: int = option(2048, "calibration tokens")
-    predictors: str = option("", "--sparsity predicted: a dejavu run's predictors folder (default: beside the model)",
-                             metavar="DIR")
-    rope: str = option("", "RoPE scaling applied while answering: {choices} (default: none)", choices=_scalings)
-    rope_factor: float = option(2.0, "--rope's factor (trained window x factor)")
+    chunk: int = option(32, "context tokens per forward while streaming through a KV method (eviction between "
+                        "chunks)")
     methods: tuple[str, ...] = methods_option()
 
-    ALIASES: ClassVar = {"quant": QUANT}
+    ALIASES: ClassVar = (older("kv", "policy", KV_FLAGS, {"budget": "0.2"}),
+                         older("mlp", "sparsity", SPARSITY_FLAGS, {"keep": "0.5"}),
+                         older("rope", "rope", ROPE_FLAGS, {"factor": "2.0"}, rename={"rope_factor": "factor"}), QUANT)
 
     def __post_init__(self):
         for name in self.tasks:
@@ -67,8 +55,6 @@ class EvalRun:
             raise UsageError(f"--shots {self.shots}: give 0 or more examples")
         if self.chunk < 1:
             raise UsageError(f"--chunk {self.chunk}: feed at least 1 token per forward")
-        if self.positions not in ("original", "rolling"):
-            raise UsageError(f"--positions {self.positions}: choose original or rolling")
         self.methods_applied()  # unknown names, impossible budgets, two of a kind: refused before any model loads
 
     def methods_applied(self) -> list:
@@ -84,19 +70,8 @@ class EvalRun:
         return kv.policy() if kv else None
 
     def method(self) -> str:
-        """The methods applied, as a table's row name (``dense`` when none); ``--method`` runs by their specs."""
-        if self.methods:
-            return " + ".join(m.spec() for m in self.methods_applied()) or "dense"
-        parts = []
-        if self.policy:
-            b = f"{self.budget:g}" if isinstance(self.budget, float) else str(self.budget)
-            parts.append(f"{self.policy} {float(self.budget):.0%}" if isinstance(self.budget, float) and self.budget < 1
-                         else f"{self.policy} {b}")
-        if self.sparsity:
-            parts.append(f"{self.sparsity} keep {self.keep:g}")
-        if self.rope not in ("", "none"):
-            parts.append(f"{self.rope} x{self.rope_factor:g}")
-        return " + ".join(parts) or "dense"
+        """The methods applied, as a table's row name ("h2o 20%", "int8 + cats keep 0.5"; ``dense`` when none)."""
+        return " + ".join(m.label() for m in self.methods_applied()) or "dense"
 
 
 @dataclass(frozen=True)
@@ -127,5 +102,5 @@ class AccuracyTable:
         base = dict(model=self.model, tasks=self.tasks, data=self.data, limit=self.limit, shots=self.shots,
                     seed=self.seed, chunk=self.chunk)
         return ([EvalRun(**base)]
-                + [EvalRun(**base, policy=p, budget=b) for p in self.policies for b in self.budgets]
-                + [EvalRun(**base, sparsity=r, keep=self.keep) for r in self.rules])
+                + [EvalRun(**base, methods=(f"{p}:budget={b}",)) for p in self.policies for b in self.budgets]
+                + [EvalRun(**base, methods=(f"{r}:keep={self.keep}",)) for r in self.rules])

@@ -86,15 +86,21 @@ def run_accuracy_table(cfg: AccuracyTable, ctx) -> Result:
         with ctx.progress(total, row.method()) as bar:
             table[row.method()] = _run_row(row, model, tok, ctx.device, bar)
     dense = rows[0].method()
-    curves = {p: {b: _average(table[r.method()], list(cfg.tasks)) for r in rows if r.policy == p
-                  for b in [float(r.budget)] if "tasks" in table[r.method()]} for p in cfg.policies}
+    kv = {r.method(): r.kv_method() for r in rows}
+    curves = {p: {float(kv[r.method()].budget): _average(table[r.method()], list(cfg.tasks)) for r in rows
+                  if kv[r.method()] is not None and kv[r.method()].name == p and "tasks" in table[r.method()]}
+              for p in cfg.policies}
     points = {r.method(): _average(table[r.method()], list(cfg.tasks)) for r in rows
-              if r.sparsity and "tasks" in table[r.method()]}
+              if _sparse(r) and "tasks" in table[r.method()]}
     budget_figure(ctx, _average(table[dense], list(cfg.tasks)), curves, points)
     metrics = {"command": ctx.command, "model": cfg.model, "tasks": list(cfg.tasks), "rows": table}
     summary = "\n".join(table_lines(table, list(cfg.tasks)))
     return Result(claims(table, dense, cfg), metrics, {"accuracy_vs_budget.png": "Average accuracy over the tasks "
                   "against the KV budget, per policy; the sparsity rules at their keep; dense dotted."}, summary)
+
+
+def _sparse(row: EvalRun) -> bool:
+    return any(m.kind == "mlp" for m in row.methods_applied())
 
 
 def _run_row(row: EvalRun, model, tok, device: str, progress) -> dict:
@@ -104,7 +110,7 @@ def _run_row(row: EvalRun, model, tok, device: str, progress) -> dict:
     try:
         return evaluate(row, model, tok, device, progress)
     except UsageError as e:  # MissingResource too: e.g. Deja Vu's predictors not trained for this model
-        if not row.sparsity:
+        if not _sparse(row):
             raise
         return {"method": row.method(), "skipped": str(e)}
 

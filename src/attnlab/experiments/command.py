@@ -37,14 +37,14 @@ def option(default: Any, help: str, *, flag: str | None = None, metavar: str | N
 
 @dataclasses.dataclass(frozen=True)
 class Alias:
-    """An older flag that spells a method (``--quant int8`` for ``--method int8``): a config lists its own in
-    ``ALIASES: ClassVar`` (name -> Alias); ``--NAME`` and ``--set NAME=`` are read as the method ``spec(text)``
-    gives ("" for none), with a line on stderr saying the new spelling."""
+    """Older flags that together spell one method (``--policy h2o --budget 0.2`` for ``--method h2o:budget=0.2``,
+    ``--quant int8`` for ``--method int8``): a config lists its own in ``ALIASES: ClassVar`` (a tuple). ``flags``:
+    each key's (help, metavar, registry choices or None); ``--KEY`` and ``--set KEY=`` are read together as the
+    method ``spec(given, explicit)`` returns from the keys given (their texts) unless ``explicit`` (the
+    ``--method`` specs) has one of its kind ("" for none), and a line on stderr says the new spelling."""
 
-    spec: Callable[[str], str]
-    help: str
-    metavar: str = "VALUE"
-    choices: Callable[[], list[str]] | None = None
+    spec: Callable[[dict[str, str], tuple[str, ...]], str]
+    flags: dict[str, tuple[str, str, Callable[[], list[str]] | None]]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -81,11 +81,11 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, skip: tu
                 kw["action"] = "append"
         action = parser.add_argument(flag, **kw)
         action.registry_choices = meta.get("choices")
-    for name, alias in getattr(config_cls, "ALIASES", {}).items():
-        action = parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=alias.metavar,
-                                     help=alias.help + " (the older spelling of --method; it goes in the next "
-                                     "release)")
-        action.registry_choices = alias.choices
+    for alias in getattr(config_cls, "ALIASES", ()):
+        for name, (text, metavar, choices) in alias.flags.items():
+            action = parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=metavar,
+                                         help=text + " (an older spelling of --method: it goes in the next release)")
+            action.registry_choices = choices
 
 
 def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
@@ -98,11 +98,9 @@ def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
             base[f.name] = tuple(value)
         elif value is not None:
             overrides[f.name] = value
-    for name in getattr(config_cls, "ALIASES", {}):
-        if getattr(args, name, None) is not None:
-            overrides[name] = getattr(args, name)
-    flags = {f.name: _flag(f) for f in dataclasses.fields(config_cls)}
-    flags |= {name: "--" + name.replace("_", "-") for name in getattr(config_cls, "ALIASES", {})}
+    older = [name for alias in getattr(config_cls, "ALIASES", ()) for name in alias.flags]
+    overrides |= {name: getattr(args, name) for name in older if getattr(args, name, None) is not None}
+    flags = {f.name: _flag(f) for f in dataclasses.fields(config_cls)} | {n: "--" + n.replace("_", "-") for n in older}
     return config_mod.resolve(config_cls, overrides, base, lambda key, text: f"{flags[key]} {text}")
 
 

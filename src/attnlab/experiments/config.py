@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import sys
 import types
 import typing
 from typing import Any, Callable
@@ -89,7 +88,7 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     hints, metas = field_types(config_cls), field_metadata(config_cls)
     values: dict[str, Any] = dict(base or {})
     wheres: dict[str, str] = {}
-    notes: list[str] = []  # said once the config is built: a bad value is one line, the error's
+    notes: list[str] = []  # kept once the config is built (a bad value is refused without them)
     overrides = _older_spellings(config_cls, dict(overrides or {}), values, spelled, notes)
     for key, text in overrides.items():
         if key not in flat:
@@ -100,10 +99,7 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
         check_field(key, value, metas.get(key, {}), wheres.get(key))
     try:
         cfg = _build(config_cls, values)
-        for note in notes:
-            if note not in _SAID:
-                _SAID.add(note)
-                print(note, file=sys.stderr)
+        _NOTES.extend(notes)
         return cfg
     except UsageError:
         raise
@@ -127,13 +123,21 @@ def check_fields(cfg: Any) -> None:
 
 
 def field_types(cls: type, prefix: str = "") -> dict[str, Any]:
+    """{"data.T": its type, ...} for a (nested) config class's fields (class variables are no keys)."""
     out: dict[str, Any] = {}
-    for name, typ in typing.get_type_hints(cls).items():
+    hints = typing.get_type_hints(cls)
+    for name in (f.name for f in dataclasses.fields(cls)):
+        typ = hints[name]
         if dataclasses.is_dataclass(typ):
             out.update(field_types(typ, f"{prefix}{name}."))
         else:
             out[f"{prefix}{name}"] = typ
     return out
+
+
+def alias_keys(cls: type) -> dict[str, Any]:
+    """The older per-method keys a config still reads (its ``ALIASES``: ``policy``, ``quant``, ...), each a text."""
+    return {k: str for alias in getattr(cls, "ALIASES", ()) for k in alias.flags}
 
 
 def field_metadata(cls: type, prefix: str = "") -> dict[str, Any]:
@@ -148,22 +152,30 @@ def field_metadata(cls: type, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-_SAID: set[str] = set()
+_NOTES: list[str] = []  # the older spellings this process resolved, each once (attnlab.cli says them at the end)
+
+
+def older_spellings() -> list[str]:
+    """The notes on older flags resolved since the last call (each said once), emptied."""
+    out = list(dict.fromkeys(_NOTES))
+    _NOTES.clear()
+    return out
 
 
 def _older_spellings(config_cls: type, overrides: dict[str, str], values: dict[str, Any],
                      spelled: Callable[[str, str], str], notes: list[str]) -> dict[str, str]:
     """``overrides`` with the config's older per-method keys (its ``ALIASES``: ``quant`` for ``--quant``, say)
     turned into the ``methods`` entries they spell; ``notes`` gets the new spelling of each."""
-    aliases = getattr(config_cls, "ALIASES", {})
     specs = []
-    for key in [k for k in overrides if k in aliases]:
-        text = overrides.pop(key)
-        spec = aliases[key].spec(text)
+    explicit = (tuple(s for s in overrides["methods"].split(";") if s.strip()) if "methods" in overrides else
+                tuple(values.get("methods", getattr(config_cls(), "methods", ()))))
+    for alias in getattr(config_cls, "ALIASES", ()):
+        given = {k: overrides.pop(k) for k in alias.flags if k in overrides}
+        spec = alias.spec(given, explicit) if given else ""
         if spec:
             specs.append(spec)
-            notes.append(f"attnlab: {spelled(key, text)} is --method {spec} now (the older spelling goes in the next "
-                         "release)")
+            older = " ".join(spelled(k, text) for k, text in given.items())
+            notes.append(f"attnlab: {older} is --method {spec} now (the older spelling goes in the next release)")
     if specs:
         if "methods" in overrides:
             overrides["methods"] = ";".join([overrides["methods"], *specs])

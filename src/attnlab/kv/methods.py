@@ -39,6 +39,11 @@ class KVMethod(Method):
             raise UsageError(f"--method {self.name}:positions={self.positions}: choose {' or '.join(POSITIONS)}")
         self.policy()  # an impossible budget (below the sinks), a missing one: one line
 
+    def label(self) -> str:
+        b = self.budget
+        head = f"{self.name} {b:.0%}" if isinstance(b, float) and b < 1 else f"{self.name} {b:g}" if b else self.name
+        return self._labelled(head, "budget")
+
     def enter(self, model, ctx) -> "Evicting":
         return Evicting(model, self.policy(), self.positions)
 

@@ -67,10 +67,22 @@ class Method:
 
     def spec(self) -> str:
         """How this method is written: its name, and each option that differs from its default."""
+        given = self.changed()
+        return self.name + (":" + ",".join(f"{k}={v}" for k, v in given.items()) if given else "")
+
+    def changed(self, *leave: str) -> dict[str, str]:
+        """Each option that differs from its default (but those named in ``leave``), as written."""
         default = type(self)()
-        given = [f"{f.name}={_text(getattr(self, f.name))}" for f in self.options()
-                 if getattr(self, f.name) != getattr(default, f.name)]
-        return self.name + (":" + ",".join(given) if given else "")
+        return {f.name: _text(getattr(self, f.name)) for f in self.options()
+                if f.name not in leave and getattr(self, f.name) != getattr(default, f.name)}
+
+    def label(self) -> str:
+        """The method as a table's row reads it ("h2o 20%", "cats keep 0.5", "yarn x2"; by default its spec)."""
+        return self.spec()
+
+    def _labelled(self, head: str, *shown: str) -> str:
+        rest = self.changed(*shown)
+        return head + (f" ({', '.join(f'{k}={v}' for k, v in rest.items())})" if rest else "")
 
 
 def _text(value: Any) -> str:

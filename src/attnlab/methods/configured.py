@@ -1,17 +1,15 @@
-"""The methods a command's config names: ``--method`` (its ``methods`` field), and, for one release more, the
-older per-method flags (``--policy/--budget/--n-sink/--recent/--positions``, ``--sparsity/--keep/...``,
-``--rope/--rope-factor``) read as the methods they spell. A kind given by ``--method`` replaces that kind's
-older flags. (``--quant`` is already an alias its configs resolve into ``methods``:
-:class:`attnlab.experiments.command.Alias`.)"""
+"""The methods a command's config names: ``--method`` (its ``methods`` field) and the command's own default
+ones (stream's sinks cache), in the stack's order; and, for one release more, the older per-method flags
+(``--policy/--budget/--n-sink/--recent/--positions``, ``--sparsity/--keep/...``, ``--rope/--rope-factor``,
+``--quant``) as aliases (:func:`older`) that the config resolves into the ``methods`` they spell, saying the new
+spelling. A kind given by ``--method`` wins over that kind's older flags. No config holds a per-method field."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from attnlab.core.errors import UsageError
-from attnlab.experiments.command import option
-from attnlab.experiments.config import check_fields
-from attnlab.methods.base import KINDS, Context, Method, load, parse_list
+from attnlab.experiments.command import Alias, option
+from attnlab.methods.base import KINDS, Context, Method, load, parse, parse_list
 from attnlab.methods.stack import apply, ordered
 
 
@@ -22,29 +20,24 @@ def methods_option() -> Any:
                   metavar="NAME[:KEY=VALUE,...]", repeat=True, separator=";")
 
 
-def _build(name: str, kind: str, values: dict[str, Any]) -> Method:
-    cls = load().get(name, kind)
-    known = {f.name for f in cls.options()}
-    method = cls(**{k: v for k, v in values.items() if k in known})
-    check_fields(method)  # the bounds the options declare, as --method's parser checks them
-    method.check()
-    return method
-
-
-def legacy(cfg: Any) -> list[Method]:
-    """The methods ``cfg``'s older per-method fields spell (those it has; none set, none)."""
-    fields = {f.name for f in dataclasses.fields(cfg)}  # fields only: H2OConfig.policy is a method, say
-    get = lambda key, default=None: getattr(cfg, key) if key in fields else default  # noqa: E731
-    out = []
-    if get("rope") not in (None, "", "none"):
-        out.append(_build(cfg.rope, "rope", {"factor": float(cfg.rope_factor)}))
-    if get("sparsity"):
-        out.append(_build(cfg.sparsity, "mlp", {k: get(k) for k in ("keep", "calibration", "calibration_tokens",
-                                                            "predictors") if get(k) is not None}))
-    if get("policy"):
-        out.append(_build(cfg.policy, "kv", {k: get(k) for k in ("budget", "n_sink", "recent", "positions")
-                                       if k in fields}))
-    return out
+def older(kind: str, name_key: str, flags: dict, defaults: dict[str, str] | None = None, default_name: str = "",
+          rename: dict[str, str] | None = None) -> Alias:
+    """A command's older flags of one kind of method, as an :class:`~attnlab.experiments.command.Alias`:
+    ``name_key`` names the method (``--policy``), the other keys of ``flags`` its options (``--budget``;
+    ``rename`` maps a key to its option's name, ``rope_factor`` to ``factor``), ``defaults`` the command's own
+    defaults for them. Without ``name_key`` given the method is ``default_name``'s ("": none); an option the
+    method does not take is left out, as the older flags were (``--recent`` with ``--policy sinks``); a
+    ``--method`` of the same kind wins."""
+    def spec(given: dict[str, str], explicit: tuple[str, ...]) -> str:
+        name = given.get(name_key, default_name)
+        methods = load()
+        if name in ("", "none") or any(methods.get(s.partition(":")[0].strip()).kind == kind for s in explicit):
+            return ""
+        takes = {f.name for f in methods.get(name, kind).options()}
+        values = {**(defaults or {}), **{(rename or {}).get(k, k): v for k, v in given.items() if k != name_key}}
+        kept = [f"{k}={v}" for k, v in values.items() if k in takes]
+        return name + (":" + ",".join(kept) if kept else "")
+    return Alias(spec, flags)
 
 
 def configured(cfg: Any, accepts: tuple[str, ...] | None = None, why: str | None = None) -> list[Method]:
@@ -58,8 +51,9 @@ def configured(cfg: Any, accepts: tuple[str, ...] | None = None, why: str | None
     if refused := [m for m in given if m.kind not in accepts]:
         raise UsageError(f"--method {refused[0].spec()}: "
                          + (why or f"this command does not apply {refused[0].kind} methods"))
+    defaults = [parse(s) for s in getattr(cfg, "DEFAULT_METHODS", ())]  # a command's own: stream's sinks cache
     kinds = {m.kind for m in given}
-    return ordered(given + [m for m in legacy(cfg) if m.kind not in kinds])
+    return ordered(given + [m for m in defaults if m.kind not in kinds])
 
 
 
@@ -74,3 +68,25 @@ def enter_configured(cfg: Any, model, tokenizer, ctx) -> list[Method]:
         device = str(next(model.parameters()).device)
         ctx.hold(apply(model, *methods, ctx=Context(tokenizer, device, None, str(getattr(cfg, "model", "")))))
     return methods
+
+
+def _names(registry: str):
+    def names() -> list[str]:
+        return [n for n, m in load().items() if m.kind == registry]
+    return names
+
+
+KV_FLAGS = {"policy": ("KV-cache policy: {choices}", "POLICY", _names("kv")),
+            "budget": ("tokens kept (256) or a share of those seen (0.2)", "BUDGET", None),
+            "n_sink": ("attention sinks kept by the policies that keep sinks", "N_SINK", None),
+            "recent": ("recent window of the h2o policies (default: half the budget)", "RECENT", None),
+            "positions": ("positions of kept tokens: rolling (inside the cache) or original", "POSITIONS", None)}
+SPARSITY_FLAGS = {"sparsity": ("contextual-sparsity rule on the MLPs: {choices}", "RULE", _names("mlp")),
+                  "keep": ("share of MLP neurons kept per token, in (0, 1]", "KEEP", None),
+                  "calibration": ("calibration text of the rules built from one", "CALIBRATION", None),
+                  "calibration_tokens": ("calibration tokens", "N", None),
+                  "predictors": ("a dejavu run's predictors folder (default: beside the model)", "DIR", None)}
+ROPE_FLAGS = {"rope": ("RoPE scaling applied while it runs: {choices}", "SCALING", _names("rope")),
+              "rope_factor": ("the scaling's factor (trained window x factor)", "FACTOR", None)}
+QUANT = older("weights", "quant", {"quant": ("quantize the weights while it runs: {choices}", "SCHEME",
+                                            _names("weights"))})

@@ -21,6 +21,9 @@ class RopeMethod(Method):
     def scaling(self) -> RopeScaling:
         return SCALINGS.get(self.name)(**{f.name: getattr(self, f.name) for f in self.options()})
 
+    def label(self) -> str:
+        return self._labelled(f"{self.name} x{self.factor:g}", "factor")
+
     def enter(self, model, ctx):
         from attnlab.rope.apply import ScaledRope  # transformers' config: only once a model runs
 

@@ -8,8 +8,7 @@ from typing import ClassVar
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.methods.configured import configured, methods_option
-from attnlab.quant.options import QUANT
+from attnlab.methods.configured import QUANT, configured, methods_option
 from attnlab.sparsity.registry import RULES, rule_names
 
 CALIBRATED = ", ".join(rule_names(("calibration",)))  # the rules built from a calibration text
@@ -48,7 +47,7 @@ class SparsityRun:
                                         "several are saved", metavar="R")
     methods: tuple[str, ...] = methods_option()
 
-    ALIASES: ClassVar = {"quant": QUANT}
+    ALIASES: ClassVar = (QUANT,)
     METHOD_KINDS: ClassVar = ("weights", "rope")
     METHOD_WHY: ClassVar = ("sparsity measures its own rule (--rule, --keep) in windows scored in one forward each (no "
                             "KV cache); give a weight scheme or a RoPE scaling")

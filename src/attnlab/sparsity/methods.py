@@ -49,6 +49,9 @@ class SparsityMethod(Method):
                             getattr(self, "source", "lookahead"), getattr(self, "rank", None))
         return kind.build(model, inputs)(self.keep)
 
+    def label(self) -> str:
+        return self._labelled(f"{self.name} keep {self.keep:g}", "keep")
+
     def enter(self, model, ctx):
         from attnlab.sparsity.mlp import SparseMLP
 

@@ -88,7 +88,7 @@ def parse_axis(text: str, keys: dict[str, typing.Any]) -> tuple[str, tuple[str, 
 def make_grid(experiment: str, config_cls: type, axes: list[str], sets: dict[str, str], seeds: int | None,
               quick: bool) -> Grid:
     """The grid of ``attnlab sweep``: axes parsed against the experiment's config keys, seeds placed."""
-    keys = config_mod.field_types(config_cls)
+    keys = config_mod.field_types(config_cls) | config_mod.alias_keys(config_cls)  # --grid policy=... still reads
     parsed = [parse_axis(a, keys) for a in axes]
     names = [k for k, _ in parsed]
     twice = sorted({k for k in names if names.count(k) > 1} | (set(names) & set(sets)))
