@@ -29,7 +29,7 @@ EPILOG = """examples:
   attnlab demo                                   # a few minutes on 2 CPU cores; prints where the report is
   attnlab list
   attnlab reproduce scansnap-fig6 --out runs/fig6
-  attnlab stream --model smollm2 --policy sinks --budget 256 --out runs/sinks
+  attnlab stream --model smollm2 --method h2o:budget=256 --out runs/h2o
 
 Every run folder holds config.json (the fully resolved config), metrics.json (each claim:
 measured, expected, tolerance, status), PNG figures and report.md."""

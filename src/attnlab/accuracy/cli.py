@@ -10,12 +10,12 @@ GROUP = "inference"
 
 EPILOG = """examples:
   attnlab eval --tasks copa,piqa,arc_easy --limit 500 --out runs/acc                 # dense SmolLM2, 5-shot
-  attnlab eval --tasks copa,piqa --policy h2o --budget 0.2 --out runs/acc-h2o20        # H2O keeping 20% of the context
-  attnlab eval --tasks piqa --policy sinks --budget 0.5 --positions rolling --out runs/acc-sinks50
-  attnlab eval --tasks arc_easy --sparsity cats --keep 0.5 --out runs/acc-cats50
+  attnlab eval --tasks copa,piqa --method h2o:budget=0.2 --out runs/acc-h2o20          # H2O keeping 20% of the context
+  attnlab eval --tasks piqa --method sinks:budget=0.5,positions=rolling --out runs/acc-sinks50
+  attnlab eval --tasks arc_easy --method cats:keep=0.5 --method int8 --out runs/acc-cats50-int8
   attnlab eval --tasks lambada --shots 0 --limit 200 --out runs/lambada
   attnlab eval --data ../shared/data/eval --tasks winogrande --out runs/wino
-  attnlab sweep eval --grid "policy=sinks;h2o" --grid "budget=0.2;0.5" --out runs/acc-sweep
+  attnlab sweep eval --grid "methods=sinks:budget=0.2;h2o:budget=0.2;tova:budget=0.2" --out runs/acc-sweep
 
 protocol (lm-evaluation-harness's, through its LM API, task configs read from local JSON-lines files):
   multiple choice (copa, openbookqa, piqa, siqa, arc_easy, arc_challenge, boolq): each choice is scored
@@ -30,8 +30,8 @@ protocol (lm-evaluation-harness's, through its LM API, task configs read from lo
 
 KV budgets: lm-eval scores a choice with one prefill, which a KV policy cannot evict from, so here the
 context is streamed through the policy --chunk tokens at a time (eviction between chunks, as the context
-grows), and each choice is scored against the evicted cache. --budget 0.2 keeps 20% of the context seen;
-the report gives, per task, the share of context tokens evicted. Without --policy the cache is
+grows), and each choice is scored against the evicted cache. budget=0.2 keeps 20% of the context seen;
+the report gives, per task, the share of context tokens evicted. Without a KV method the cache is
 transformers' own and the scores equal lm-eval's `hf` model's.
 Data: the task files ship with attnlab (eval/<task>.jsonl); --data DIR reads another folder of such files.
 Writes OUT/config.json, OUT/metrics.json (per task: acc, acc_norm, standard errors, chance, evicted),

@@ -40,10 +40,11 @@ class Alias:
     """Older flags that together spell one method (``--policy h2o --budget 0.2`` for ``--method h2o:budget=0.2``,
     ``--quant int8`` for ``--method int8``): a config lists its own in ``ALIASES: ClassVar`` (a tuple). ``flags``:
     each key's (help, metavar, registry choices or None); ``--KEY`` and ``--set KEY=`` are read together as the
-    method ``spec(given, explicit)`` returns from the keys given (their texts) unless ``explicit`` (the
-    ``--method`` specs) has one of its kind ("" for none), and a line on stderr says the new spelling."""
+    method ``spec(given, explicit, spelled)`` returns from the keys given (their texts) unless ``explicit`` (the
+    ``--method`` specs) has one of its kind ("" for none; a bad value refused as ``spelled(key, text)`` names
+    it), and a line on stderr says the new spelling."""
 
-    spec: Callable[[dict[str, str], tuple[str, ...]], str]
+    spec: Callable[[dict[str, str], tuple[str, ...], Callable[[str, str], str]], str]
     flags: dict[str, tuple[str, str, Callable[[], list[str]] | None]]
 
 

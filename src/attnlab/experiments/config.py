@@ -171,7 +171,7 @@ def _older_spellings(config_cls: type, overrides: dict[str, str], values: dict[s
                 tuple(values.get("methods", getattr(config_cls(), "methods", ()))))
     for alias in getattr(config_cls, "ALIASES", ()):
         given = {k: overrides.pop(k) for k in alias.flags if k in overrides}
-        spec = alias.spec(given, explicit) if given else ""
+        spec = alias.spec(given, explicit, spelled) if given else ""
         if spec:
             specs.append(spec)
             older = " ".join(spelled(k, text) for k, text in given.items())

@@ -27,10 +27,10 @@ from attnlab.experiments.report import DemoRun, Skipped
 # demo (benchmarks/results/demo-fresh-machine/report.md); only the order they give matters. Workers>1 runs
 # and ones not listed here (assumed short) need no entry.
 QUICK_SECONDS = {
-    "accuracy-table": 170, "h2o-ppl": 121, "streaming-ppl": 68, "scansnap-fig6": 54, "joma-wikitext": 42,
-    "streameval": 39, "probes": 37, "joma-hierarchy-controls": 36, "dejavu": 36, "contextual-sparsity": 33,
-    "recall-under-eviction": 27, "dejavu-relu": 21, "scansnap-fig7": 19, "joma-hierarchy": 15,
-    "quant-agreement": 14, "joma-invariants": 13, "dejavu-curve": 13,
+    "accuracy-table": 181, "h2o-ppl": 127, "streaming-ppl": 75, "scansnap-fig6": 58, "joma-wikitext": 49,
+    "dejavu": 42, "contextual-sparsity": 39, "streameval": 39, "joma-hierarchy-controls": 37,
+    "recall-under-eviction": 26, "dejavu-relu": 21, "probes": 21, "scansnap-fig7": 21, "joma-hierarchy": 16,
+    "quant-agreement": 14, "joma-invariants": 14, "dejavu-curve": 13,
 }
 UNLISTED_SECONDS = 5
 

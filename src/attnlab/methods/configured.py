@@ -9,6 +9,7 @@ from typing import Any
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import Alias, option
+from attnlab.experiments.config import resolve
 from attnlab.methods.base import KINDS, Context, Method, load, parse, parse_list
 from attnlab.methods.stack import apply, ordered
 
@@ -28,16 +29,42 @@ def older(kind: str, name_key: str, flags: dict, defaults: dict[str, str] | None
     defaults for them. Without ``name_key`` given the method is ``default_name``'s ("": none); an option the
     method does not take is left out, as the older flags were (``--recent`` with ``--policy sinks``); a
     ``--method`` of the same kind wins."""
-    def spec(given: dict[str, str], explicit: tuple[str, ...]) -> str:
+    def spec(given: dict[str, str], explicit: tuple[str, ...], spelled) -> str:
         name = given.get(name_key, default_name)
         methods = load()
-        if name in ("", "none") or any(methods.get(s.partition(":")[0].strip()).kind == kind for s in explicit):
+        if any(methods.get(s.partition(":")[0].strip()).kind == kind for s in explicit):
             return ""
-        takes = {f.name for f in methods.get(name, kind).options()}
-        values = {**(defaults or {}), **{(rename or {}).get(k, k): v for k, v in given.items() if k != name_key}}
+        if name in ("", "none"):
+            _without_a_name(kind, name_key, {k: v for k, v in given.items() if k != name_key}, rename or {}, spelled,
+                            refuse=name == "")
+            return ""
+        cls = methods.get(name, kind)
+        takes = {f.name for f in cls.options()}
+        values = dict(defaults or {})
+        for key, text in given.items():
+            option = (rename or {}).get(key, key)
+            if key != name_key and option in takes:
+                resolve(cls, {option: text}, spelled=lambda _k, _t, key=key, text=text: spelled(key, text))
+                values[option] = text  # its type and bounds checked as the user spelled it
         kept = [f"{k}={v}" for k, v in values.items() if k in takes]
         return name + (":" + ",".join(kept) if kept else "")
     return Alias(spec, flags)
+
+
+def _without_a_name(kind: str, name_key: str, given: dict[str, str], rename: dict[str, str], spelled,
+                    refuse: bool) -> None:
+    """Options given without the flag that names their method: each still checked (a NaN is one line whatever
+    else is missing), then, where no method of the kind is meant (``refuse``), refused in one line."""
+    for key, text in given.items():
+        option = rename.get(key, key)
+        cls = next((c for _, c in load().items() if c.kind == kind and option in {f.name for f in c.options()}), None)
+        if cls is not None:
+            resolve(cls, {option: text}, spelled=lambda _k, _t, key=key, text=text: spelled(key, text))
+    if refuse and given:
+        key, text = next(iter(given.items()))
+        flag = "--" + name_key.replace("_", "-")
+        raise UsageError(f"{spelled(key, text)} names no method: give {flag} with it, or --method "
+                         f"NAME:{rename.get(key, key)}={text}")
 
 
 def configured(cfg: Any, accepts: tuple[str, ...] | None = None, why: str | None = None) -> list[Method]:
