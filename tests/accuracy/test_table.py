@@ -61,8 +61,8 @@ def test_a_row_that_answers_as_dense_is_a_point_interval_at_zero(tmp_path):
     tok.add_special_tokens({"eos_token": "<|endoftext|>"})
     base = dict(data=str(write_tasks(tmp_path / "eval", n=12)), tasks=("copa", "winogrande", "lambada"), shots=1)
     table = {"dense": evaluate(EvalRun(**base), model, tok),
-             "h2o all": evaluate(EvalRun(**base, policy="h2o", budget=100_000, chunk=5), model, tok),
-             "h2o 20%": evaluate(EvalRun(**base, policy="h2o", budget=0.2, chunk=5), model, tok)}
+             "h2o all": evaluate(EvalRun(**base, methods=("h2o:budget=100000",), chunk=5), model, tok),
+             "h2o 20%": evaluate(EvalRun(**base, methods=("h2o:budget=0.2",), chunk=5), model, tok)}
     tasks = list(base["tasks"])
     p = paired(table, "dense", "h2o all", tasks)
     assert p.interval == (0.0, 0.0) and p.discordance == 0 and p.n == 36

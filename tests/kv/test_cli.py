@@ -51,9 +51,10 @@ def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
             "--budget", "8", "--no-dense", "--out", str(out)]
     assert main(argv) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config == {"experiment": "stream", "model": str(model), "text": str(text), "tokens": 40, "policy": "window",
-                      "budget": 8, "n_sink": 4, "recent": None, "positions": "rolling", "chunk": 1,
-                      "recompute": False, "dense": False, "quant": "", "methods": [], "device": "cpu"}
+    # the older --policy/--budget are read as the method they spell: config.json holds it, no per-method field
+    assert config == {"experiment": "stream", "model": str(model), "text": str(text), "tokens": 40, "chunk": 1,
+                      "recompute": False, "dense": False, "methods": ["window:budget=8,positions=rolling"],
+                      "device": "cpu"}
     m = json.loads((out / "metrics.json").read_text())
     assert m["experiment"] == "stream" and m["claims"] == [] and m["claim_counts"]["holds"] == 0
     assert m["command"].startswith("attnlab stream --model") and list(m["runs"]) == ["window(budget=8)"]
