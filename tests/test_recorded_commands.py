@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import build_parser
-from attnlab.experiments import registry, runner
+from attnlab.experiments import registry
+from attnlab.experiments.cli import reproduce_config
 from attnlab.experiments.command import config_from_args, run_command
-from attnlab.experiments.config import parse_overrides
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
@@ -42,5 +42,4 @@ def test_a_recorded_command_parses_and_its_config_validates(path, command):
     if getattr(args, "func", None) is run_command:  # a measuring command: its flags are its config's
         config_from_args(registry.get(args.experiment).config_cls, args)
     elif args.command == "reproduce":
-        overrides = args.overrides + ([f"methods={';'.join(args.methods)}"] if args.methods else [])
-        runner.resolve_config(registry.get(args.name), parse_overrides(overrides), args.seeds, args.quick)
+        reproduce_config(registry.get(args.name), args)

@@ -217,10 +217,10 @@ def test_the_summary_says_which_experiments_decided_no_claim(fakes, tmp_path, ca
 def test_runs_start_every_core_ones_first_then_longest_first():
     """The pool's start order: runs that need every core while all are free, then the longest-processing-time
     rule over the rest (so no long run finishes alone at the end); the talk's order breaks no tie it needs."""
-    from attnlab.experiments import demo_pool, registry
+    from attnlab.experiments import demo_pool, registry, runner
 
     exps = [e for e in registry.load_all().values() if e.demo]
-    need = {e.name: demo_pool.cores_needed(e, quick=True) for e in exps}
+    need = {e.name: demo_pool.cores_needed(runner.resolve_config(e, {}, None, quick=True)) for e in exps}
     order = [e.name for e in demo_pool.schedule(exps, need)]
     alone = [n for n in order if need[n] > 1]
     assert alone and order[:len(alone)] == alone  # the sink runs start workers of their own

@@ -18,12 +18,6 @@ def _policies() -> list[str]:
     return POLICIES.names()
 
 
-def _scalings() -> list[str]:
-    from attnlab.rope.scalings import SCALINGS
-
-    return SCALINGS.names()
-
-
 @dataclass(frozen=True)
 class EvalRun:
     """One ``attnlab eval`` run: a model's accuracy on zero-/few-shot tasks with methods applied."""

@@ -73,10 +73,23 @@ def _takes_methods(exp) -> bool:
     return "methods" in {f.name for f in dataclasses.fields(exp.config_cls)}
 
 
+def reproduce_config(exp, args):
+    """The config ``attnlab reproduce`` runs ``exp`` with: its ``--set`` values, ``--method`` flags (experiments that
+    take a model), ``--seeds`` and ``--quick``."""
+    from attnlab.experiments import registry, runner
+    from attnlab.experiments.config import parse_overrides
+
+    if args.methods and not _takes_methods(exp):
+        takes = ", ".join(e.name for e in registry.load_all().values() if _takes_methods(e))
+        raise UsageError(f"--method: {exp.name} takes no methods (it builds or trains its own models); these do: "
+                         f"{takes}")
+    overrides = args.overrides + ([f"methods={';'.join(args.methods)}"] if args.methods else [])
+    return runner.resolve_config(exp, parse_overrides(overrides), args.seeds, args.quick)
+
+
 def cmd_reproduce(args) -> int:
     from attnlab.experiments import registry, runner
     from attnlab.experiments.claims import describe, tally
-    from attnlab.experiments.config import parse_overrides
 
     if args.list:
         for exp in registry.load_all().values():
@@ -91,12 +104,7 @@ def cmd_reproduce(args) -> int:
     if args.out is None:
         raise UsageError(f"--out DIR is required: e.g. `attnlab reproduce {exp.name} --out runs/{exp.name}`")
     device = runner.check_device(args.device)
-    overrides = args.overrides + ([f"methods={';'.join(args.methods)}"] if args.methods else [])
-    if args.methods and not _takes_methods(exp):
-        takes = ", ".join(e.name for e in registry.load_all().values() if _takes_methods(e))
-        raise UsageError(f"--method: {exp.name} takes no methods (it builds or trains its own models); these do: "
-                         f"{takes}")
-    cfg = runner.resolve_config(exp, parse_overrides(overrides), args.seeds, args.quick)
+    cfg = reproduce_config(exp, args)
     result = runner.run_into(exp, cfg, args.out, device, runner.command_line(args.argv))
     out = args.out.expanduser().absolute()
     print(f"{exp.name}: {describe(tally(result.claims))}; report: {out / 'report.md'}")

@@ -89,7 +89,7 @@ def resolve(config_cls: type, overrides: dict[str, str] | None = None, base: dic
     values: dict[str, Any] = dict(base or {})
     wheres: dict[str, str] = {}
     notes: list[str] = []  # kept once the config is built (a bad value is refused without them)
-    overrides = _older_spellings(config_cls, dict(overrides or {}), values, spelled, notes)
+    overrides = _older_spellings(config_cls, default, dict(overrides or {}), values, spelled, notes)
     for key, text in overrides.items():
         if key not in flat:
             raise UsageError(f"unknown config key {key!r}: {did_you_mean(key, flat)}keys are: {', '.join(flat)}")
@@ -162,13 +162,13 @@ def older_spellings() -> list[str]:
     return out
 
 
-def _older_spellings(config_cls: type, overrides: dict[str, str], values: dict[str, Any],
+def _older_spellings(config_cls: type, default: Any, overrides: dict[str, str], values: dict[str, Any],
                      spelled: Callable[[str, str], str], notes: list[str]) -> dict[str, str]:
     """``overrides`` with the config's older per-method keys (its ``ALIASES``: ``quant`` for ``--quant``, say)
     turned into the ``methods`` entries they spell; ``notes`` gets the new spelling of each."""
     specs = []
     explicit = (tuple(s for s in overrides["methods"].split(";") if s.strip()) if "methods" in overrides else
-                tuple(values.get("methods", getattr(config_cls(), "methods", ()))))
+                tuple(values.get("methods", getattr(default, "methods", ()))))
     for alias in getattr(config_cls, "ALIASES", ()):
         given = {k: overrides.pop(k) for k in alias.flags if k in overrides}
         spec = alias.spec(given, explicit, spelled) if given else ""
@@ -180,7 +180,7 @@ def _older_spellings(config_cls: type, overrides: dict[str, str], values: dict[s
         if "methods" in overrides:
             overrides["methods"] = ";".join([overrides["methods"], *specs])
         else:
-            values["methods"] = tuple(values.get("methods", getattr(config_cls(), "methods", ()))) + tuple(specs)
+            values["methods"] = explicit + tuple(specs)
     return overrides
 
 

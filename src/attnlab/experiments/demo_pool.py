@@ -59,14 +59,13 @@ def _job(name: str, stage: Path, device: str, quick: bool, threads: int) -> Demo
     return run_one(exp, stage, device, quick, progress=False)
 
 
-def cores_needed(exp: registry.Experiment, quick: bool) -> int:
-    """2 (every core, run alone) for an experiment that starts worker processes of its own, else 1."""
-    cfg = runner.resolve_config(exp, {}, None, quick=quick)
+def cores_needed(cfg) -> int:
+    """2 (every core, run alone) for an experiment config that starts worker processes of its own, else 1."""
     return 2 if int(getattr(cfg, "workers", 1) or 1) > 1 else 1
 
 
-def _reads_a_model(exp: registry.Experiment, quick: bool) -> bool:
-    return isinstance(getattr(runner.resolve_config(exp, {}, None, quick=quick), "model", None), str)
+def _reads_a_model(cfg) -> bool:
+    return isinstance(getattr(cfg, "model", None), str)
 
 
 def schedule(exps: list[registry.Experiment], need: dict[str, int]) -> list[registry.Experiment]:
@@ -79,8 +78,9 @@ def schedule(exps: list[registry.Experiment], need: dict[str, int]) -> list[regi
 def run_side_by_side(exps: list[registry.Experiment], stage: Path, device: str, quick: bool,
                      cores: int = 2) -> list[DemoRun | Skipped]:
     """Every experiment of ``exps`` into ``stage``, ``cores`` one-thread runs at a time (see the module)."""
-    need = {e.name: min(cores, cores_needed(e, quick)) for e in exps}
-    model = {e.name for e in exps if _reads_a_model(e, quick)}
+    cfgs = {e.name: runner.resolve_config(e, {}, None, quick=quick) for e in exps}
+    need = {n: min(cores, cores_needed(cfg)) for n, cfg in cfgs.items()}
+    model = {n for n, cfg in cfgs.items() if _reads_a_model(cfg)}
     pending, running, done = schedule(exps, need), {}, {}
     t0 = time.perf_counter()
     with ProcessPoolExecutor(cores, mp_context=get_context("spawn")) as pool:

@@ -44,11 +44,16 @@ def older(kind: str, name_key: str, flags: dict, defaults: dict[str, str] | None
         for key, text in given.items():
             option = (rename or {}).get(key, key)
             if key != name_key and option in takes:
-                resolve(cls, {option: text}, spelled=lambda _k, _t, key=key, text=text: spelled(key, text))
-                values[option] = text  # its type and bounds checked as the user spelled it
+                _check_option(cls, option, key, text, spelled)
+                values[option] = text
         kept = [f"{k}={v}" for k, v in values.items() if k in takes]
         return name + (":" + ",".join(kept) if kept else "")
     return Alias(spec, flags)
+
+
+def _check_option(cls: type[Method], option: str, key: str, text: str, spelled) -> None:
+    """``text`` as the method option ``option`` (its type and bounds), refused as the user spelled it (``key``)."""
+    resolve(cls, {option: text}, spelled=lambda _k, _t: spelled(key, text))
 
 
 def _without_a_name(kind: str, name_key: str, given: dict[str, str], rename: dict[str, str], spelled,
@@ -59,7 +64,7 @@ def _without_a_name(kind: str, name_key: str, given: dict[str, str], rename: dic
         option = rename.get(key, key)
         cls = next((c for _, c in load().items() if c.kind == kind and option in {f.name for f in c.options()}), None)
         if cls is not None:
-            resolve(cls, {option: text}, spelled=lambda _k, _t, key=key, text=text: spelled(key, text))
+            _check_option(cls, option, key, text, spelled)
     if refuse and given:
         key, text = next(iter(given.items()))
         flag = "--" + name_key.replace("_", "-")
@@ -81,7 +86,6 @@ def configured(cfg: Any, accepts: tuple[str, ...] | None = None, why: str | None
     defaults = [parse(s) for s in getattr(cfg, "DEFAULT_METHODS", ())]  # a command's own: stream's sinks cache
     kinds = {m.kind for m in given}
     return ordered(given + [m for m in defaults if m.kind not in kinds])
-
 
 
 NOT_KV = tuple(k for k in KINDS if k != "kv")

@@ -51,17 +51,25 @@ class Int4Weight:
         if self._q is None:
             eye = torch.eye(self.packed.shape[1] * 2, dtype=ACT)  # (in', in')
             w_t = torch._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scale_zero)  # (in', out')
-            s, z = self._scale_zero_per_unit()
+            s, z = self._scale_zero()
             self._q = torch.round((w_t[:self.n_in, :self.n_out].T.float() - z) / s + 8).clamp_(0, 15).to(torch.uint8)
         return self._q
 
-    def _scale_zero_per_unit(self) -> tuple[torch.Tensor, torch.Tensor]:
-        sz = self.scale_zero[:, :self.n_out].float().repeat_interleave(GROUP, 0)[:self.n_in]  # (in, out, 2)
-        return sz[..., 0].T, sz[..., 1].T  # (out, in) each
+    def _scale_zero(self, rows: torch.Tensor | None = None, cols: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scale, zero) of each weight, (out, in) float32 each; with ``rows`` (u,) only those output units',
+        (u, in), with ``cols`` (u,) only those input units', (out, u): the groups picked before they are expanded,
+        so a gather pays for its own units, not the whole weight."""
+        sz = self.scale_zero[:, :self.n_out].float()  # (in'/32, out, 2)
+        if rows is not None:
+            sz = sz.index_select(1, rows)  # (in'/32, u, 2)
+        units = torch.arange(self.n_in) if cols is None else cols
+        sz = sz.index_select(0, units // GROUP)  # (in or u, out or u, 2): each input unit's group
+        return sz[..., 0].T, sz[..., 1].T
 
     def dequantize(self) -> torch.Tensor:
         """(out, in) float32: the weight the int4 product stands for, (q - 8) * scale + zero."""
-        s, z = self._scale_zero_per_unit()
+        s, z = self._scale_zero()
         return (self._unpacked().float() - 8) * s + z
 
     # the weight layout protocol (attnlab.core.weights)
@@ -77,9 +85,9 @@ class Int4Weight:
 
     def rows(self, rows: torch.Tensor, scratch=None) -> "_Dense":
         """Output units ``rows`` (u,), dequantized from the gathers' copy of q."""
-        s, z = self._scale_zero_per_unit()
+        s, z = self._scale_zero(rows=rows)  # (u, in) each
         q = self._unpacked().index_select(0, rows).float()  # (u, in)
-        return _Dense((q - 8) * s.index_select(0, rows) + z.index_select(0, rows))
+        return _Dense((q - 8) * s + z)
 
     def columns(self) -> "_Columns":
         return _Columns(self)
@@ -113,9 +121,9 @@ class _Columns:
 
     def rows_product(self, v_u: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """v_u (N, u) holding input units ``rows`` (u,) -> (N, out)."""
-        s, z = self.w._scale_zero_per_unit()
+        s, z = self.w._scale_zero(cols=rows)  # (out, u) each
         q = self.w._unpacked().index_select(1, rows).float()  # (out, u)
-        cols = (q - 8) * s.index_select(1, rows) + z.index_select(1, rows)
+        cols = (q - 8) * s + z
         return _as_kernel(v_u, lambda a: a @ cols.T, None)  # (N, u) @ (u, out)
 
 
