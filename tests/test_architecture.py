@@ -104,3 +104,24 @@ def test_no_module_imports_an_experiment_module_as_a_library():
     assert len(entries) >= 10  # the glob finds them (a renamed convention would empty it)
     importers = sorted((i, m) for m in entries for i in graph.find_modules_that_directly_import(m))
     assert not importers, f"import the experiment through the registry instead: {importers}"
+
+
+def test_one_file_methods_are_pure():
+    """The `pure` contract for the methods that are a file each (kv/policy_*.py, rope/scaling_*.py), found as their
+    registries find them (import-linter's wildcards match whole names only): none reaches a Hugging Face library,
+    directly or through another module. A new policy or scaling file is covered with no edit here."""
+    import pkgutil
+
+    import grimp
+
+    import attnlab.kv
+    import attnlab.rope
+
+    graph = grimp.build_graph("attnlab", include_external_packages=True, cache_dir=None)  # never a stale graph
+    files = [info.name for pkg, prefix in ((attnlab.kv, "policy_"), (attnlab.rope, "scaling_"))
+             for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + ".")
+             if info.name.rpartition(".")[2].startswith(prefix)]
+    assert len(files) >= 2  # TOVA and YaRN at least: the globs find them
+    reached = [(m, hf, graph.find_shortest_chain(m, hf)) for m in files for hf in sorted(HF) if hf in graph.modules
+               and graph.find_shortest_chain(m, hf)]
+    assert not reached, f"a pure method reaches a Hugging Face library: {reached}"

@@ -15,8 +15,11 @@ from attnlab.cli import main
 from attnlab.core.errors import UsageError, check_number, within
 from attnlab.experiments import config as config_mod
 from attnlab.experiments import registry
+from attnlab.train.configs import TrainRun
 
 EXPERIMENTS = registry.load_all()
+# every command's config: the experiments' (which the measuring commands run) and attnlab train's
+CONFIGS = {name: exp.config_cls for name, exp in EXPERIMENTS.items()} | {"train": TrainRun}
 # wrong type, NaN, infinity (also as a float overflow: 1e999), zero, negatives, huge, empty, a tuple holding NaN
 VALUES = ("abc", "1.5", "nan", "inf", "-inf", "1e999", "0", "-1", "-1e-9", "1e308", "99999999999999999999", "", ",",
           "none", "nan,1")
@@ -55,9 +58,9 @@ def outcome(cls, key: str, text: str, metas: dict) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("name", list(EXPERIMENTS))
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_every_field_refuses_a_bad_value_in_one_line_or_keeps_its_bounds(name):
-    cls = EXPERIMENTS[name].config_cls
+    cls = CONFIGS[name]
     metas = config_mod.field_metadata(cls)
     problems = [f"--set {key}={text}: {why}" for key in config_mod.flatten(cls()) for text in VALUES
                 if (why := outcome(cls, key, text, metas))]

@@ -20,7 +20,8 @@ TAKING = [e.name for e in registry.load_all().values() if "methods" in {f.name f
 
 def test_the_measuring_commands_and_model_experiments_take_methods():
     assert {"stream", "eval", "sparsity", "longppl", "passkey", "probe", "sink-table", "streameval", "h2o-ppl",
-            "streaming-ppl", "quant-agreement", "probes", "h2o-xsum"} <= set(TAKING)
+            "streaming-ppl", "quant-agreement", "probes", "h2o-xsum", "contextual-sparsity", "dejavu", "dejavu-curve",
+            "accuracy-table"} <= set(TAKING)
 
 
 @pytest.mark.parametrize("name", TAKING)
@@ -86,3 +87,12 @@ def test_streameval_jobs_hold_their_methods_while_the_process_keeps_the_model(tm
     assert weights.of(proj) is None
     jobs._model.cache_clear()
     jobs._HELD.close()
+
+
+def test_the_accuracy_table_runs_every_row_under_its_methods_and_names_each_row_by_its_own():
+    exp = registry.get("accuracy-table")
+    plain, under = (runner.resolve_config(exp, over, None, False) for over in ({}, {"methods": "int8"}))
+    assert [under.name(r) for r in under.rows()] == [plain.name(r) for r in plain.rows()]  # the claims' row names
+    assert [plain.name(r) for r in plain.rows()][:2] == ["dense", "h2o 20%"]
+    assert all(r.methods_applied()[0].spec() == "int8" for r in under.rows())
+    assert [m.spec() for m in under.rows()[1].methods_applied()] == ["int8", "h2o:budget=0.2"]

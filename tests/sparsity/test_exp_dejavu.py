@@ -113,3 +113,23 @@ def test_predictors_beside_an_untrained_model_is_one_line_exit_2(setup, tmp_path
     assert len(err.splitlines()) == 1 and "no neurons predictors (own, keep 0.5, r 16) beside model" in err
     assert "train them first with `attnlab reproduce dejavu" in err and "--set rank=16" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_under_a_weight_scheme_it_measures_that_model_and_keeps_its_predictors_out_of_the_models_folder(
+        setup, tmp_path):
+    """``--method int8``: the predictors are trained and scored on the int8 model (its dense PPL is the int8
+    model's, by hand), and not saved beside the float weights, whose own predictors they would replace."""
+    from attnlab.methods import apply
+    from attnlab.sparsity.measure import load_texts, perplexity
+
+    model, text, train = setup
+    out = tmp_path / "q"
+    assert _reproduce(out, f"model={model}", f"text={text}", f"train_texts={train}", "methods=int8") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    hf, ids, _ = load_texts(str(model), str(text), 96)
+    with apply(hf, "int8"):
+        by_hand = perplexity(hf, ids, 32)
+    assert m["ppl"]["dense"] == by_hand != perplexity(hf, ids, 32)  # the int8 model's, not the float one's
+    assert json.loads((out / "config.json").read_text())["methods"] == ["int8"]
+    assert (out / "predictors" / "own").is_dir() and not (model / "predictors").exists()

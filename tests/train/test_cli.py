@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from attnlab import cli
+from attnlab.core.errors import UsageError
 from attnlab.train import cli as train_cli
 from attnlab.train import folder as train_folder
 
@@ -60,7 +61,7 @@ def test_bad_input_leaves_the_run_untouched(corpus, tmp_path, capsys):
         (["--steps", "4"], "already holds a run"),
         # two things wrong: the changed setting is named first (checked before the text is read)
         (["--steps", "4", "--resume", "--bptt", "500"], "--bptt 8 then, 500 now"),
-        (["--steps", "4", "--resume", "--max-vocab", "0"], "vocabulary limit 0"),
+        (["--steps", "4", "--resume", "--max-vocab", "0"], "need vocab_size >= 1"),
         (["--steps", "4", "--resume", "--optimizer", "lion"], "optimizer"),
     ]:
         assert _train(corpus, out, *extra) == 2
@@ -107,7 +108,9 @@ def test_train_command_follows_the_cli_protocol():
     args = parser.parse_args(["train", "--train", "t.txt", "--out", "r"])
     assert args.func is train_cli.cmd_train
     args.argv = ["train", "--train", "t.txt", "--out", "r"]  # attnlab.cli.main puts it there
-    settings = train_cli._settings(args)
+    from attnlab.experiments.command import config_from_args
+
+    settings = train_cli._settings(config_from_args(train_cli.TrainRun, args), args)
     assert "func" not in settings and "argv" not in settings
     assert settings["out"] == "r" and settings["train"] == "t.txt"
 
@@ -337,3 +340,12 @@ def test_folders_a_run_would_lose_files_in_are_refused(corpus, tmp_path, capsys,
         assert _train(corpus, out, "--steps", "2", *extra) == 2, out
         _assert_one_line(capsys, fragment)
         assert _files(tmp_path) == before
+
+
+def test_a_run_written_when_flags_were_texts_resumes_under_their_tuples(tmp_path):
+    """config.json of a run started before `attnlab train` read its flags through the config contract held
+    --snapshot-steps as one text; resuming it compares the same steps, and a changed step is still refused."""
+    (tmp_path / "config.json").write_text(json.dumps({"snapshot_steps": "100,200", "group_lr": [], "bptt": 8}))
+    train_folder.check_resume(tmp_path, {"snapshot_steps": (100, 200), "group_lr": (), "bptt": 8})
+    with pytest.raises(UsageError, match="--snapshot-steps '100,200' then, \\(100, 300\\) now"):
+        train_folder.check_resume(tmp_path, {"snapshot_steps": (100, 300), "group_lr": (), "bptt": 8})

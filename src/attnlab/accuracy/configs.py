@@ -85,8 +85,14 @@ class AccuracyTable:
                                     choices=RULES.names)
     keep: float = option(0.5, "share of MLP neurons the rules keep")
     chunk: int = option(32, "context tokens per forward while streaming through a policy")
+    methods: tuple[str, ...] = methods_option()  # applied under every row: the table of an int8 model, say
+
+    METHOD_KINDS: ClassVar = ("weights", "rope")
+    METHOD_WHY: ClassVar = ("the table's rows are its own KV policies and sparsity rules (--set policies=..., "
+                            "rules=...); --method adds a weight scheme or RoPE scaling under every row")
 
     def __post_init__(self):
+        configured(self)  # a KV or MLP method, or an unknown one: one line, before any row is built
         if not all(0 < b < 1 for b in self.budgets):
             raise UsageError(f"budgets={','.join(map(str, self.budgets))}: give shares of the context in (0, 1)")
         self.rows()  # each row's EvalRun checks its own names and numbers: refused before any work
@@ -95,6 +101,13 @@ class AccuracyTable:
         """One EvalRun per table row: dense first, then each policy at each budget, then each rule."""
         base = dict(model=self.model, tasks=self.tasks, data=self.data, limit=self.limit, shots=self.shots,
                     seed=self.seed, chunk=self.chunk)
-        return ([EvalRun(**base)]
-                + [EvalRun(**base, methods=(f"{p}:budget={b}",)) for p in self.policies for b in self.budgets]
-                + [EvalRun(**base, methods=(f"{r}:keep={self.keep}",)) for r in self.rules])
+        under = self.methods
+        return ([EvalRun(**base, methods=under)]
+                + [EvalRun(**base, methods=(*under, f"{p}:budget={b}")) for p in self.policies for b in self.budgets]
+                + [EvalRun(**base, methods=(*under, f"{r}:keep={self.keep}")) for r in self.rules])
+
+    def name(self, row: EvalRun) -> str:
+        """A row's name in the table: its own method ("h2o 20%"; "dense" for none), the methods under every row
+        (--method) left out, so that the claims find their rows whatever the table runs under."""
+        under = {m.spec() for m in configured(self)}
+        return " + ".join(m.label() for m in row.methods_applied() if m.spec() not in under) or "dense"

@@ -81,20 +81,22 @@ def run_accuracy_table(cfg: AccuracyTable, ctx) -> Result:
     rows = cfg.rows()
     total = request_count(rows[0])  # bad task files and impossible shots: refused before the model loads
     model, tok = load_model(cfg.model, ctx.device)
+    named = {cfg.name(row): row for row in rows}  # "dense", "h2o 20%", ...: the methods under every row left out
     table: dict[str, dict] = {}
-    for row in rows:
+    for name, row in named.items():
         with ctx.progress(total, row.method()) as bar:
-            table[row.method()] = _run_row(row, model, tok, ctx.device, bar)
-    dense = rows[0].method()
-    kv = {r.method(): r.kv_method() for r in rows}
-    curves = {p: {float(kv[r.method()].budget): _average(table[r.method()], list(cfg.tasks)) for r in rows
-                  if kv[r.method()] is not None and kv[r.method()].name == p and "tasks" in table[r.method()]}
-              for p in cfg.policies}
-    points = {r.method(): _average(table[r.method()], list(cfg.tasks)) for r in rows
-              if _sparse(r) and "tasks" in table[r.method()]}
+            table[name] = _run_row(row, model, tok, ctx.device, bar)
+    dense = next(iter(named))
+    ran = {name: row for name, row in named.items() if "tasks" in table[name]}
+    curves = {p: {float(kv.budget): _average(table[name], list(cfg.tasks)) for name, row in ran.items()
+                  if (kv := row.kv_method()) is not None and kv.name == p} for p in cfg.policies}
+    points = {name: _average(table[name], list(cfg.tasks)) for name, row in ran.items() if _sparse(row)}
     budget_figure(ctx, _average(table[dense], list(cfg.tasks)), curves, points)
     metrics = {"command": ctx.command, "model": cfg.model, "tasks": list(cfg.tasks), "rows": table}
     summary = "\n".join(table_lines(table, list(cfg.tasks)))
+    if cfg.methods:  # the rows' names leave them out: say what every row ran under
+        metrics["under_every_row"] = list(cfg.methods)
+        summary = f"Every row under {rows[0].method()}.\n\n" + summary
     return Result(claims(table, dense, cfg), metrics, {"accuracy_vs_budget.png": "Average accuracy over the tasks "
                   "against the KV budget, per policy; the sparsity rules at their keep; dense dotted."}, summary)
 

@@ -20,7 +20,7 @@ from attnlab.experiments import config as config_mod
 
 def option(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
            repeat: bool = False, choices: Callable[[], list[str]] | None = None, bounds: str | None = None,
-           allow_nonfinite: bool = False, separator: str | None = None) -> Any:
+           allow_nonfinite: bool = False, separator: str | None = None, required: bool = False) -> Any:
     """A config field with its command-line help: ``tokens: int = option(2048, "stream length", bounds=">= 2")``.
 
     ``flag`` renames the flag (default ``--field-name``); ``repeat`` makes it a repeatable flag whose
@@ -29,9 +29,10 @@ def option(default: Any, help: str, *, flag: str | None = None, metavar: str | N
     range of a number (each of a tuple's), as :func:`attnlab.core.errors.within` reads it, checked with the
     flag, ``--set`` and every ``--grid`` cell alike. NaN and infinity are refused in every field unless
     ``allow_nonfinite`` (a field where ``inf`` means "no limit", say). ``separator``: what ``--set`` splits a
-    tuple's items at (default ","; ";" for items that hold commas, as ``methods`` do)."""
+    tuple's items at (default ","; ";" for items that hold commas, as ``methods`` do). ``required``: the command
+    refuses to start without the flag (the default only fills the config a ``--set`` or test builds)."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "repeat": repeat, "choices": choices, "bounds": bounds,
-            "allow_nonfinite": allow_nonfinite, "separator": separator}
+            "allow_nonfinite": allow_nonfinite, "separator": separator, "required": required}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -61,9 +62,11 @@ def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
-def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per field of ``config_cls`` (``skip`` aside); every flag defaults to "not given" so
-    that the config's own default applies, which the help states."""
+def add_config_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, config_cls: type,
+                     skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of ``config_cls`` (``skip`` aside: a command that groups its flags in the help adds
+    each group with the others skipped); every flag defaults to "not given" so that the config's own default
+    applies, which the help states."""
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
         if f.name in skip:
@@ -71,7 +74,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, skip: tu
         meta, default = f.metadata, f.default
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         text = meta.get("help", "") + ("" if default in ((), "", None) else f" (default {shown})")
-        kw: dict[str, Any] = {"dest": f.name, "default": None, "help": text}
+        kw: dict[str, Any] = {"dest": f.name, "default": None, "help": text, "required": meta.get("required", False)}
         if hints[f.name] is bool:  # a switch: the flag turns the default around
             flag = _flag(f) if not default else "--no-" + f.name.replace("_", "-")
             kw.update(action="store_const", const=str(not default), help=meta.get("help", ""))

@@ -11,6 +11,11 @@ from attnlab.experiments.command import option
 from attnlab.methods.configured import QUANT, configured, methods_option
 from attnlab.sparsity.registry import RULES, rule_names
 
+# what a sparsity study measures its rules under: the weights and positions a method leaves the model with (its
+# windows are scored in one forward each, with no KV cache to evict from)
+UNDER = ("weights", "rope")
+UNDER_WHY = ("it measures its own MLP rules in windows scored in one forward each (no KV cache): give a weight scheme "
+             "or a RoPE scaling")
 CALIBRATED = ", ".join(rule_names(("calibration",)))  # the rules built from a calibration text
 PREDICTED = " or ".join(rule_names(("predictors",)))  # the rules read from saved predictors
 
@@ -48,9 +53,8 @@ class SparsityRun:
     methods: tuple[str, ...] = methods_option()
 
     ALIASES: ClassVar = (QUANT,)
-    METHOD_KINDS: ClassVar = ("weights", "rope")
-    METHOD_WHY: ClassVar = ("sparsity measures its own rule (--rule, --keep) in windows scored in one forward each (no "
-                            "KV cache); give a weight scheme or a RoPE scaling")
+    METHOD_KINDS: ClassVar = UNDER
+    METHOD_WHY: ClassVar = "sparsity: " + UNDER_WHY + " (its rule is --rule, --keep)"
 
     def __post_init__(self):
         from attnlab.sparsity.rules import keep_count

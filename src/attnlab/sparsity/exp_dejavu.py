@@ -26,11 +26,14 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import Claim, check, finding
 from attnlab.experiments.registry import Result, register
+from attnlab.methods.configured import configured, enter_configured, methods_option
 from attnlab.models import arch
+from attnlab.sparsity.configs import UNDER, UNDER_WHY
 from attnlab.sparsity.curve import mean_interval
 from attnlab.sparsity.heads import SparseHeads
 from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
@@ -75,7 +78,13 @@ class DejaVuConfig:
     edge_drop: float = 0.05  # lookahead recall at layer 1 and the last layer below the middle median by this
     speedup: float = 1.0  # decode with the predictor choosing (its cost inside each step) faster than dense
 
+    methods: tuple[str, ...] = methods_option()  # weights and RoPE methods the rules are measured under
+
+    METHOD_KINDS: ClassVar = UNDER
+    METHOD_WHY: ClassVar = UNDER_WHY
+
     def __post_init__(self):
+        configured(self)  # an unknown method or option, or a KV method: one line, before the model loads
         keep_count(1, self.keep)
         if self.heads_keep:
             keep_count(1, self.heads_keep)
@@ -110,7 +119,7 @@ def _save(cfg, ctx, preds: list) -> None:
     for p in preds:
         name = f"{'' if p.meta.unit == 'neurons' else 'heads-'}{p.meta.source}"
         save_predictors(p, Path(ctx.out) / "predictors" / name)
-        if cfg.beside:
+        if cfg.beside and not cfg.methods:  # trained under other weights: not the model's own predictors
             save_beside(p, cfg.model)
 
 
@@ -265,6 +274,7 @@ def _explained(claims: list, s, mid: list[int], r_own: dict, r_look: dict, cost:
 def run_dejavu(cfg: DejaVuConfig, ctx) -> Result:
     model, ids, train_ids = load_texts(cfg.model, cfg.text, cfg.tokens, () if cfg.predictors else cfg.train_texts,
                                        cfg.train_tokens, ctx.device)
+    enter_configured(cfg, model, None, ctx)  # predictors trained on, and scored on, the model the methods leave
     n = arch.dims(model).n_layers
     if n < 3:
         raise ConfigError(f"{cfg.model} has {n} layers: the lookahead comparison needs at least 3")

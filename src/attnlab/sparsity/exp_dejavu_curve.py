@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import Claim, check, finding
 from attnlab.experiments.registry import Result, register
+from attnlab.methods.configured import configured, enter_configured, methods_option
+from attnlab.sparsity.configs import UNDER, UNDER_WHY
 from attnlab.sparsity.curve import (
     check_checkpoints,
     doublings_to,
@@ -59,7 +62,13 @@ class DejaVuCurveConfig:
     recall_min: float = 0.9  # Deja Vu's, on OPT
     rise_max: float = 0.0  # the README's "not predictable": a doubling of tokens (of rank) lifts recall by <= this
 
+    methods: tuple[str, ...] = methods_option()  # weights and RoPE methods the rules are measured under
+
+    METHOD_KINDS: ClassVar = UNDER
+    METHOD_WHY: ClassVar = UNDER_WHY
+
     def __post_init__(self):
+        configured(self)  # an unknown method or option, or a KV method: one line, before the model loads
         keep_count(1, self.keep)
         if self.keep == 1.0:
             raise ConfigError("keep=1.0 keeps every neuron: there is nothing to predict; use e.g. keep=0.5")
@@ -137,6 +146,7 @@ def _undecided(c: Claim, why: str) -> Claim:
 def run_dejavu_curve(cfg: DejaVuCurveConfig, ctx) -> Result:
     model, ids, train_ids = load_texts(cfg.model, cfg.text, cfg.tokens, cfg.train_texts, cfg.checkpoints[-1],
                                        ctx.device)
+    enter_configured(cfg, model, None, ctx)  # predictors trained on, and scored on, the model the methods leave
     check_fits(model, max(cfg.ranks), ("neurons",), cfg.batch, cfg.window)
     with ctx.progress(len(cfg.ranks) * cfg.checkpoints[-1] * cfg.epochs, "predictors (ranks x tokens)") as bar:
         rows, final = learning_curve(model, cfg.model, train_ids, ids, cfg.ranks, cfg.checkpoints, cfg.keep,

@@ -21,10 +21,13 @@ took 648 s on one core of a shared 2-core CPU (about 8 min unloaded); quick mode
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.registry import Result, register
+from attnlab.methods.configured import configured, enter_configured, methods_option
+from attnlab.sparsity.configs import UNDER, UNDER_WHY
 from attnlab.sparsity.heads import SparseHeads
 from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
 from attnlab.sparsity.plots import layer_figure, ppl_figure
@@ -57,7 +60,13 @@ class SparsityConfig:
     cosine: float = 0.9  # consecutive-layer cosine above 0.9 (Deja Vu) ...
     cosine_share: float = 0.5  # ... in at least half of the layers
 
+    methods: tuple[str, ...] = methods_option()  # weights and RoPE methods the rules are measured under
+
+    METHOD_KINDS: ClassVar = UNDER
+    METHOD_WHY: ClassVar = UNDER_WHY
+
     def __post_init__(self):
+        configured(self)  # an unknown method or option, or a KV method: one line, before the model loads
         for k in (*self.keeps, *self.heads_keeps, self.at):
             keep_count(1, k)  # a keep outside (0, 1]: one line naming the fix
         if self.at not in self.keeps or self.at == 1.0:
@@ -155,6 +164,7 @@ def _summary(cfg, dense, curves, kept, heads, cos, overlap) -> str:
 def run_contextual_sparsity(cfg: SparsityConfig, ctx) -> Result:
     model, ids, calib = load_texts(cfg.model, cfg.text, cfg.tokens, cfg.calibration, cfg.calibration_tokens,
                                    ctx.device)
+    enter_configured(cfg, model, None, ctx)  # the rules are calibrated on, and measure, the model the methods leave
     with ctx.progress(ids.numel(), "dense, cosine, overlap") as bar:
         dense, cos, overlaps = dense_stats(model, ids, (cfg.at,), cfg.window, bar)
     overlap = overlaps[cfg.at]

@@ -71,6 +71,12 @@ def remove_start(out: Path, made: list[Path]) -> None:
             folder.rmdir()
 
 
+def _spelled(value):
+    """A setting as its flag spells it: a list (config.json) or tuple as its comma-joined items, so that a run
+    started when --snapshot-steps was one text ("100,200") resumes under the tuple it is now."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+
+
 def check_resume(out: Path, settings: dict) -> None:
     """A resumed run must use the settings it was started with (all but RESUME_FREE)."""
     try:
@@ -78,7 +84,7 @@ def check_resume(out: Path, settings: dict) -> None:
     except (OSError, ValueError):
         raise UsageError(f"--resume: {out}/config.json is missing or unreadable; start a new run folder") from None
     diff = [f"--{k.replace('_', '-')} {saved.get(k)!r} then, {v!r} now" for k, v in settings.items()
-            if k not in RESUME_FREE and saved.get(k) != v]
+            if k not in RESUME_FREE and _spelled(saved.get(k)) != _spelled(v)]
     if diff:
         raise UsageError(f"--resume: {out} was written by a different config ({'; '.join(diff)}); resume with "
                          "the same settings or start a new run folder")
