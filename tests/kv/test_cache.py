@@ -48,7 +48,9 @@ def test_budget_covering_the_stream_equals_a_plain_forward(tiny_models, arch, po
         pytest.skip("learned positions: rolling is refused (tested below)")
     with torch.no_grad():
         ref = model(tokens).logits
-    out, _ = _stream(model, PolicyCache(model, _policy(policy, T + 5), positions), tokens)
+    budget = (T + 5) * (20 if policy == "pyramidkv" else 1)  # a pyramid's top layer keeps budget/beta (beta 20)
+    cache = PolicyCache(model, _policy(policy, budget), positions)
+    out, _ = _stream(model, cache, tokens)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
@@ -70,14 +72,15 @@ def _masked_attention(masks):
 @pytest.mark.parametrize("budget", [9, 0.3])  # 0.3: a budget that grows, so appends and in-place evictions mix
 def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(tiny_models, arch, policy, budget, tokens):
     model = tiny_models[arch]
-    out, seen = _stream(model, PolicyCache(model, _policy(policy, budget), "original"), tokens, record=True)
+    cache = PolicyCache(model, _policy(policy, budget), "original")
+    out, seen = _stream(model, cache, tokens, record=True)
     b, n_layers = tokens.shape[0], len(seen[0])
     hkv = seen[0][0].shape[1]
     masks = [torch.zeros(b, hkv, T, T, dtype=torch.bool) for _ in range(n_layers)]
     for t, per_layer in enumerate(seen):
         for layer, pos in enumerate(per_layer):  # pos (B, Hkv, S): stream indices query t attended to
             masks[layer][:, :, t].scatter_(-1, pos, True)
-            assert pos.shape[-1] <= math.ceil(budget * T if budget < 1 else budget) + 1  # budget + the new token
+            assert pos.shape[-1] <= cache.layers[layer].policy.capacity(T) + 1  # the layer's budget + the new token
             assert pos.unique(dim=-1).shape[-1] == pos.shape[-1]  # no stream index stored twice
     AttentionInterface.register("test_masked", _masked_attention(masks))
     AttentionMaskInterface.register("test_masked", sdpa_mask)
@@ -115,12 +118,13 @@ def test_h2o_scores_are_attention_column_sums(tiny_models, arch, tokens):
 def test_kept_sets_hold_the_sinks_and_the_recent_window(tiny_models, positions, name, tokens):
     model = tiny_models["llama"]
     policy = make_policy(name, budget=12, n_sink=2, recent=4)  # each reads the options it has
-    n_sink, recent = getattr(policy, "n_sink", 0), policy.n_recent(12)
     cache = PolicyCache(model, policy, positions)
     _stream(model, cache, tokens)
     for i in range(len(cache.layers)):
+        own = cache.layers[i].policy  # the layer's share of the policy (a pyramid's budget differs by layer)
+        n_sink, recent = getattr(own, "n_sink", 0), own.n_recent(own.capacity(T))
         kept = cache.kept_positions(i)  # (B, H, S)
-        assert kept.shape[-1] == 12 + 1
+        assert kept.shape[-1] == own.capacity(T) + 1
         for must in [*range(n_sink), *range(T - recent, T)]:
             assert (kept == must).any(-1).all(), (name, must)
         assert kept.unique(dim=-1).shape[-1] == kept.shape[-1]  # no slot stored twice

@@ -23,7 +23,8 @@ def test_policies_as_rows_of_one_batch_keep_what_each_keeps_alone(model, chunk):
     # distinct tokens: a repeated token has the same layer-0 key, so knorm's scores tie exactly and float
     # rounding breaks the tie -- differently for a batch of 5 than of 1 on some CPUs (seen on an Intel Xeon)
     ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(1))[:T]
-    policies = policies_for(("window", "sinks", "h2o", "sinks+h2o", "knorm"), (BUDGET,), 4)
+    policies = policies_for(("window", "sinks", "h2o", "sinks+h2o", "knorm", "tova", "snapkv", "keydiff", "pyramidkv"),
+                            (BUDGET,), 4)  # a pyramid replays in a batch of its own (its layers keep their own)
     together = replay(model, ids, policies, chunk)
     for p, r in zip(policies, together):
         (alone,) = replay(model, ids, [p], chunk)

@@ -76,7 +76,8 @@ class PolicyCache(Cache):
             raise UsageError(f"unknown positions {positions!r}: choose original or rolling")
         rope = _rolling_rope(model) if positions == "rolling" else None
         n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
-        super().__init__(layers=[PolicyLayer(policy, rope, start) for _ in range(n_layers)])
+        # each layer evicts by its own share of the policy (PyramidKV spreads the budget; the others are one)
+        super().__init__(layers=[PolicyLayer(policy.for_layer(i, n_layers), rope, start) for i in range(n_layers)])
         self.model, self.policy, self.positions = model, policy, positions
         self._saved_impl: str | None = None
         self._bound: list[torch.nn.Module] = []  # the attention modules this context binds

@@ -16,6 +16,13 @@ from attnlab.models.rotary import RopeSpec
 SLOT_TENSORS = ("keys", "values", "pos", "valid", "score", "n_pad")  # what a layer stores per slot (and per row)
 
 
+def _per_slot(index: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Slot indices (B, H, n) laid out for gathering or scattering whole slots of ``t`` (B, H, S, ...): a score
+    kept per slot as several numbers (SnapKV's window) moves as one."""
+    extra = t.shape[3:]
+    return index.view(*index.shape, *(1,) * len(extra)).expand(*index.shape, *extra)
+
+
 class PolicyLayer(CacheLayerMixin):
     """One layer's stored slots: keys/values (B, H, S, D) and, per slot, its stream index,
     accumulated attention (H2O) and whether it is a real token (not padding)."""
@@ -43,7 +50,8 @@ class PolicyLayer(CacheLayerMixin):
                     values=value_states.new_zeros(b, h, 0, value_states.shape[-1]),
                     pos=torch.zeros(b, h, 0, dtype=torch.long, device=self.device),
                     valid=torch.zeros(b, h, 0, dtype=torch.bool, device=self.device),
-                    score=torch.zeros(b, h, 0, device=self.device) if self.policy.needs_scores else None)
+                    score=torch.zeros(b, h, 0, *self.policy.score_slots(), device=self.device)
+                    if self.policy.needs_scores else None)
         self.n_pad = torch.zeros(b, 1, 1, dtype=torch.long, device=self.device)
         self.any_pad = False
         self.is_initialized = True
@@ -136,7 +144,7 @@ class PolicyLayer(CacheLayerMixin):
             self.pos.scatter_(2, evict, self.seen)
             self.valid.scatter_(2, evict, True)
             if self.score is not None:
-                self.score.scatter_(2, evict, 0.0)
+                self.score.scatter_(2, _per_slot(evict, self.score), 0.0)
             self._new, self._q = evict, 1
         else:
             if n_over > 0:
@@ -217,7 +225,7 @@ class PolicyLayer(CacheLayerMixin):
         self._adopt(keys=self.keys.gather(2, d.expand(-1, -1, -1, self.keys.shape[-1])),
                     values=self.values.gather(2, d.expand(-1, -1, -1, self.values.shape[-1])),
                     pos=self.pos.gather(-1, keep), valid=self.valid.gather(-1, keep),
-                    score=None if self.score is None else self.score.gather(-1, keep))
+                    score=None if self.score is None else self.score.gather(2, _per_slot(keep, self.score)))
 
     def _rerotate(self, moved: torch.Tensor, delta: torch.Tensor | int) -> None:
         """Rotate the stored keys where ``moved`` (B, H, S) forward by ``delta`` positions (one int,
@@ -244,12 +252,9 @@ class PolicyLayer(CacheLayerMixin):
 
     def update_scores(self, probs: torch.Tensor) -> None:
         """The scored policies (H2O, TOVA): fold this step's attention, probs (B, H, g, q, S), into each stored
-        slot's score as the policy says (H2O adds what each slot received; TOVA keeps the last query's)."""
-        received = self.policy.received(probs)  # (B, H, S)
-        if self.policy.accumulates():
-            self.score.add_(received)
-        else:
-            self.score.copy_(received)
+        slot's score as the policy says (H2O adds what each slot received; TOVA keeps the last query's; SnapKV
+        keeps the last w queries' apart)."""
+        self.policy.fold(self.score, probs)
 
     # -- queries (read-only) -------------------------------------------------------------------
     def visible(self) -> torch.Tensor | None:

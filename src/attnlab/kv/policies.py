@@ -114,6 +114,22 @@ class KVPolicy:
         """True: a slot's score is the sum of what it received (H2O); False: only this step's counts."""
         return True
 
+    def score_slots(self) -> tuple[int, ...]:
+        """A slot's score beyond (B, H, S): () for one number (H2O, TOVA), (w,) for the last w queries' attention
+        kept apart (SnapKV's observation window)."""
+        return ()
+
+    def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:
+        """Fold this step's attention, probs (B, H, g, q, S), into ``score`` (B, H, S, *score_slots()) in place:
+        by default what :meth:`received` gives, added (H2O) or kept alone (TOVA), as :meth:`accumulates` says."""
+        received = self.received(probs)  # (B, H, S)
+        score.add_(received) if self.accumulates() else score.copy_(received)
+
+    def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
+        """The policy layer ``layer`` of ``n_layers`` evicts by: this one, unless the policy spreads its budget
+        over the layers (PyramidKV)."""
+        return self
+
     def describe(self) -> str:
         return self.name if self.budget is None else f"{self.name}(budget={self.budget})"
 

@@ -11,11 +11,18 @@ from attnlab.core.errors import UsageError
 from attnlab.kv.policies import KVPolicy, SlotState
 
 
+def _own(score: torch.Tensor, p: KVPolicy) -> torch.Tensor:
+    """A row's score as its policy keeps it: the shared tensor may be wider (another row's window)."""
+    return score if score.dim() - 3 == len(p.score_slots()) else score[..., 0]
+
+
 def same_capacity(policy: KVPolicy) -> tuple:
     """Equal for two policies exactly when they keep the same number of slots at every length: a token budget
     (or none) is the capacity itself; a fraction's capacity also depends on the slots the policy reserves."""
     fraction = isinstance(policy.budget, float) and policy.budget < 1
-    return (policy.capacity(1) is None, policy.budget, policy.reserved() if fraction else None)
+    spread = type(policy).for_layer is not KVPolicy.for_layer  # its layers keep their own (a pyramid): its own row
+    return (policy.capacity(1) is None, policy.budget, policy.reserved() if fraction else None,
+            policy.describe() if spread else None)
 
 
 @dataclass(frozen=True)
@@ -29,7 +36,10 @@ class RowPolicies(KVPolicy):
 
     def __post_init__(self):
         if not self.rows or len({same_capacity(p) for p in self.rows}) > 1:
-            raise UsageError("RowPolicies: give policies with one budget (each row keeps the same number of slots)")
+            raise UsageError("RowPolicies: give policies with one budget (each row keeps the same number of slots; "
+                             "a pyramid's layers keep their own)")
+        if len({p.score_slots() for p in self.rows if p.needs_scores} - {()}) > 1:
+            raise UsageError("RowPolicies: give at most one observation window (each row's scores share a tensor)")
         object.__setattr__(self, "budget", self.rows[0].budget)
 
     @property
@@ -39,12 +49,24 @@ class RowPolicies(KVPolicy):
     def capacity(self, seen: int) -> int | None:
         return self.rows[0].capacity(seen)
 
-    def priority(self, s: SlotState) -> torch.Tensor:  # (B, H, S), row b by rows[b]
-        def row(b: int) -> SlotState:
-            take = (lambda t: None if t is None else t[b:b + 1])
-            return SlotState(pos=take(s.pos), seen=s.seen, score=take(s.score), first=take(s.first), keys=take(s.keys))
+    def score_slots(self) -> tuple[int, ...]:  # the widest row's: a row with one number per slot reads its first
+        return max((p.score_slots() for p in self.rows if p.needs_scores), key=len, default=())
 
-        return torch.cat([p.priority(row(b)) for b, p in enumerate(self.rows)])
+    def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
+        return RowPolicies(rows=tuple(p.for_layer(layer, n_layers) for p in self.rows))
+
+    def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:  # row b's score folded by rows[b]
+        for b, p in enumerate(self.rows):
+            if p.needs_scores:
+                p.fold(_own(score[b:b + 1], p), probs[b:b + 1])
+
+    def priority(self, s: SlotState) -> torch.Tensor:  # (B, H, S), row b by rows[b]
+        def row(b: int, p: KVPolicy) -> SlotState:
+            take = (lambda t: None if t is None else t[b:b + 1])
+            score = None if s.score is None else _own(take(s.score), p)
+            return SlotState(pos=take(s.pos), seen=s.seen, score=score, first=take(s.first), keys=take(s.keys))
+
+        return torch.cat([p.priority(row(b, p)) for b, p in enumerate(self.rows)])
 
     def describe(self) -> str:
         return " | ".join(p.describe() for p in self.rows)

@@ -1,0 +1,73 @@
+"""PyramidKV (Cai et al. 2024, "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information
+Funneling"): lower layers attend broadly, upper layers to a few tokens, so the budget is spread over the layers
+as a pyramid -- the top layer keeps ``budget / beta``, the bottom ``2 * budget - budget / beta``, the layers
+between on the straight line, so that their mean is the budget. Within a layer any scorer chooses the tokens
+(``scorer``: SnapKV's, as the paper; H2O's, TOVA's, ...), at its defaults.
+
+Where the pyramid would not fit -- a bottom layer past the whole context (a share of 0.5 or more), a top layer
+below what the scorer must keep -- the budget falls back to the same in every layer, as kvpress's
+PyramidKVPress falls back to SnapKV.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.core.errors import UsageError
+from attnlab.experiments.command import option
+from attnlab.kv.policies import POLICIES, KVPolicy, SlotState, make_policy, register
+
+
+@register
+@dataclass(frozen=True)
+class PyramidKV(KVPolicy):
+    scorer: str = option("snapkv", "the policy that chooses the tokens within each layer", choices=POLICIES.names)
+    beta: float = option(20.0, "the pyramid's steepness: the top layer keeps budget/beta", bounds=">= 1")
+    name = "pyramidkv"
+    about = "PyramidKV: a budget decreasing from the bottom layer to the top, each layer choosing by a scorer"
+
+    def __post_init__(self):
+        if self.scorer == self.name or not POLICIES.get(self.scorer).needs_budget:
+            raise UsageError(f"pyramidkv scorer={self.scorer}: give a policy that evicts by a score, e.g. snapkv, "
+                             "h2o, tova")
+
+    def _scorer(self, budget: float | None) -> KVPolicy:
+        return make_policy(self.scorer, budget)
+
+    @property
+    def needs_scores(self) -> bool:  # what the layers' scorer reads
+        return POLICIES.get(self.scorer).needs_scores
+
+    @property
+    def scored(self) -> bool:
+        return POLICIES.get(self.scorer).scored
+
+    def reserved(self) -> int:
+        return self._scorer(self.budget).reserved()
+
+    def n_recent(self, capacity: int) -> int:
+        return self._scorer(self.budget).n_recent(capacity)
+
+    def layer_budget(self, layer: int, n_layers: int) -> float | None:
+        """Layer ``layer``'s budget: tokens, or a share of those seen (None: the whole context)."""
+        b = self.budget
+        top = b / self.beta
+        bottom = 2 * b - top
+        fraction = isinstance(b, float) and b < 1
+        if n_layers < 2 or (fraction and bottom >= 1) or (not fraction and top < self.reserved() + 1):
+            return b  # no pyramid fits: every layer keeps the budget
+        value = bottom - layer * (bottom - top) / (n_layers - 1)
+        return value if fraction else max(self.reserved() + 1, round(value))
+
+    def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
+        return self._scorer(self.layer_budget(layer, n_layers))
+
+    def priority(self, s: SlotState) -> torch.Tensor:  # a cache evicts by for_layer's; alone, the scorer's
+        return self._scorer(self.budget).priority(s)
+
+    def describe(self) -> str:
+        return f"pyramidkv({self.scorer}, budget={self.budget}, beta={self.beta:g})"
+
+    def label(self) -> str:
+        return f"pyramidkv {self.budget} ({self.scorer})"
