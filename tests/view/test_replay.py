@@ -55,3 +55,22 @@ def test_rows_of_one_batch_must_keep_as_many_slots():
     with pytest.raises(UsageError, match="one budget"):  # a fraction: sinks reserve 4 slots, window none
         RowPolicies(rows=(make_policy("window", 0.2), make_policy("sinks", 0.2)))
     assert RowPolicies(rows=(make_policy("window", 0.2), make_policy("h2o", 0.2))).budget == 0.2
+
+
+@pytest.mark.parametrize("name", ["h2o", "tova", "snapkv", "keydiff", "pyramidkv"])
+def test_a_replay_keeps_what_the_policys_own_cache_keeps(model, name):
+    """Not only rows against rows: the replay (always a batch of RowPolicies) against the policy's own cache,
+    which caught a TOVA replay folding its scores as H2O's."""
+    from attnlab.kv.cache import PolicyCache
+
+    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(1))[:T]
+    (p,) = policies_for((name,), (BUDGET,), 4)
+    (r,) = replay(model, ids, [p], 1)
+    cache = PolicyCache(model, p)
+    with cache, torch.no_grad():
+        for t in range(T):
+            model(ids[None, t:t + 1], past_key_values=cache)
+    for layer in range(model.config.num_hidden_layers):
+        own = torch.zeros(cache.kept_positions(layer)[0].shape[0], T, dtype=torch.bool)
+        own.scatter_(-1, cache.kept_positions(layer)[0], True)  # (H_kv, T)
+        assert torch.equal(r.kept[-1, layer], own), (name, layer)
