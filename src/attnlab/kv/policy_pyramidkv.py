@@ -4,9 +4,11 @@ as a pyramid -- the top layer keeps ``budget / beta``, the bottom ``2 * budget -
 between on the straight line, so that their mean is the budget. Within a layer any scorer chooses the tokens
 (``scorer``: SnapKV's, as the paper; H2O's, TOVA's, ...), at its defaults.
 
-Where the pyramid would not fit -- a bottom layer past the whole context (a share of 0.5 or more), a top layer
-below what the scorer must keep -- the budget falls back to the same in every layer, as kvpress's
-PyramidKVPress falls back to SnapKV.
+A share of the context whose bottom layer would pass the whole context keeps the whole context there and
+``2 * budget - 1`` at the top, as kvpress's PyramidKVPress clips it; a token budget whose top layer falls below
+what the scorer must keep is the same in every layer, as kvpress falls back to SnapKV. A token budget is
+spread as it is: its bottom layers may hold more than a short context has (at a ratio of 0 the pyramid still
+evicts in the top layers; give the budget as a share to clip it).
 """
 from __future__ import annotations
 
@@ -55,13 +57,16 @@ class PyramidKV(KVPolicy):
         top = b / self.beta
         bottom = 2 * b - top
         fraction = isinstance(b, float) and b < 1
-        if n_layers < 2 or (fraction and bottom >= 1) or (not fraction and top < self.reserved() + 1):
+        if fraction and bottom > 1:  # the bottom layer keeps the whole context, the top what keeps the mean b
+            bottom, top = 1.0, 2 * b - 1
+        if n_layers < 2 or (not fraction and top < self.reserved() + 1):
             return b  # no pyramid fits: every layer keeps the budget
         value = bottom - layer * (bottom - top) / (n_layers - 1)
-        return value if fraction else max(self.reserved() + 1, round(value))
+        return None if fraction and value >= 1 else value if fraction else max(self.reserved() + 1, round(value))
 
     def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
-        return self._scorer(self.layer_budget(layer, n_layers))
+        budget = self.layer_budget(layer, n_layers)
+        return make_policy("full") if budget is None else self._scorer(budget)
 
     def priority(self, s: SlotState) -> torch.Tensor:  # a cache evicts by for_layer's; alone, the scorer's
         return self._scorer(self.budget).priority(s)
