@@ -33,6 +33,7 @@ PARTS = (
     ("attnlab.sparsity", "contextual sparsity"),
     ("attnlab.quant", "weight quantization"),
     ("attnlab.accuracy", "downstream accuracy"),
+    ("attnlab.leaderboard", "the KV leaderboard"),  # not the talk's: the field's methods compared, after it
 )
 
 

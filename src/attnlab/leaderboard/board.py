@@ -1,0 +1,104 @@
+"""The leaderboard from its answers (torch-free): mean scores per regime, policy, ratio and task, the premise of
+each task (the full cache answers it) and the claims, each a paired comparison over the same items with its
+bootstrap interval (:func:`attnlab.experiments.intervals.paired_bootstrap`), which decides it.
+
+An answer row is ``{"task", "length", "item", "regime", "policy", "ratio", "score", ...}``; the full cache's
+rows have regime and policy ``"full"`` and ratio 0.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from attnlab.experiments.claims import Claim, check, finding, undecided
+from attnlab.experiments.intervals import RESAMPLES, mean_difference, paired_bootstrap
+
+NEEDLES = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery")  # the claims' retrieval tasks
+METHOD = f"paired bootstrap over items within each task and length, {RESAMPLES:,} resamples, 95%"
+
+
+def key(row: dict) -> tuple:
+    return row["regime"], row["policy"], float(row["ratio"])
+
+
+def scores(rows: list[dict]) -> dict[tuple, dict[tuple, float]]:
+    """(regime, policy, ratio) -> {(task, length, item): score}."""
+    out: dict[tuple, dict[tuple, float]] = defaultdict(dict)
+    for r in rows:
+        out[key(r)][(r["task"], r["length"], r["item"])] = float(r["score"])
+    return out
+
+
+def table(rows: list[dict]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """regime -> policy -> ratio -> task -> mean score (and "average" over the tasks)."""
+    by: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by[key(r)][r["task"]].append(float(r["score"]))
+    out: dict = {}
+    for (regime, policy, ratio), tasks in sorted(by.items()):
+        means = {t: float(np.mean(v)) for t, v in tasks.items()}
+        means["average"] = float(np.mean(list(means.values())))
+        out.setdefault(regime, {}).setdefault(policy, {})[f"{ratio:g}"] = means
+    return out
+
+
+def premise(rows: list[dict], threshold: float, seed: int = 0) -> dict[str, Claim]:
+    """Per task: the full cache's mean score is at least ``threshold`` (its interval over the items decides)."""
+    full = scores(rows)[("full", "full", 0.0)]
+    out = {}
+    for task in dict.fromkeys(t for t, _, _ in full):
+        x = np.array([s for (t, _, _), s in full.items() if t == task])
+        interval = paired_bootstrap(mean_difference, [np.stack([x, np.zeros_like(x)], 1)], seed=seed)
+        out[task] = check(f"premise: the full cache answers {task} (mean score >= {threshold:g})", float(x.mean()),
+                          threshold, 0.0, "at_least", interval=interval, n=len(x), method=METHOD)
+    return out
+
+
+def compare(rows: list[dict], a: tuple, b: tuple, tasks: list[str], seed: int = 0):
+    """mean(a) - mean(b) over ``tasks``' items (the same items for both): (difference, interval, n), or None
+    where either side has no answers there."""
+    sa, sb = scores(rows).get(a, {}), scores(rows).get(b, {})
+    strata = []
+    for task in tasks:
+        items = sorted(k for k in sa if k[0] == task and k in sb)
+        if items:
+            strata.append(np.array([[sa[k], sb[k]] for k in items]))
+    if not strata:
+        return None
+    return mean_difference(strata), paired_bootstrap(mean_difference, strata, seed=seed), sum(map(len, strata))
+
+
+def _claim(text: str, rows, a, b, tasks, expected: float, test: str, seed: int) -> Claim:
+    got = compare(rows, a, b, tasks, seed)
+    if got is None:
+        return undecided(check(text, math.nan, expected, 0.0, test),
+                         f"not measured here: no answers of both {a} and {b} on {', '.join(tasks) or 'any task'}")
+    diff, interval, n = got
+    return check(text, diff, expected, 0.0, test, interval=interval, n=n, method=METHOD)
+
+
+def claims(rows: list[dict], threshold: float, seed: int = 0) -> list[Claim]:
+    """The premise per task, then the papers' claims over the needle tasks whose premise holds (fixed before the
+    first run); a claim with no such task is unresolved, saying so; then each row's average as a finding."""
+    gates = premise(rows, threshold, seed)
+    needles = [t for t in NEEDLES if t in gates and gates[t].status == "holds"]
+    why = "no needle task's premise holds: the full cache does not answer them, so no method can lose them"
+    stated = [
+        ("SnapKV keeps the needles at least as well as H2O at ratio 0.5 in the prefill regime (SnapKV's claim): "
+         "snapkv - h2o, mean score", ("prefill", "snapkv", 0.5), ("prefill", "h2o", 0.5), 0.0, "at_least"),
+        ("StreamingLLM loses the needles outside its window: at ratio 0.875 in the prefill regime, full - sinks "
+         "is at least 0.5", ("full", "full", 0.0), ("prefill", "sinks", 0.875), 0.5, "at_least"),
+        ("a query-aware scorer loses when it must choose while decoding: SnapKV at ratio 0.5, prefill - decode "
+         ">= 0", ("prefill", "snapkv", 0.5), ("decode", "snapkv", 0.5), 0.0, "at_least"),
+    ]
+    out = list(gates.values())
+    for text, a, b, expected, test in stated:
+        c = _claim(text, rows, a, b, needles, expected, test, seed)
+        out.append(c if needles else undecided(c, why))
+    for regime, policies in table(rows).items():
+        for policy, ratios in policies.items():
+            for ratio, means in ratios.items():
+                out.append(finding(f"{regime} {policy} at ratio {ratio}: mean score over the tasks", means["average"]))
+    return out
