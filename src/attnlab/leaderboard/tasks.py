@@ -78,6 +78,15 @@ def haystack_from(lines: list[str], limit: int = 20_000) -> Haystack:
     return Haystack(tuple(sentences[:limit]))
 
 
+def most(fits: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest n in [lo, hi] with ``fits(n)`` (``fits`` true up to some n, false after): a binary search, so a
+    prompt is cut to its length in a dozen tokenizer calls. ``lo`` when none fits (the caller checks it)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
 def fit(rng: random.Random, hay: Haystack, hidden: list[str], head: str, question: str, count: Count,
         length: int) -> str:
     """The context: ``head``, then as many consecutive haystack sentences (from a random start) as keep the
@@ -92,10 +101,7 @@ def fit(rng: random.Random, hay: Haystack, hidden: list[str], head: str, questio
             body.insert(round(depth * n), sentence)
         return head + " ".join(body)
 
-    lo, hi = 0, min(len(ring), length)  # the most sentences that fit (each takes a token at least): a binary search
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if count(build(mid) + question) <= length else (lo, mid - 1)
+    lo = most(lambda n: count(build(n) + question) <= length, 0, min(len(ring), length))  # a sentence >= a token
     if count(build(lo) + question) > length:
         raise UsageError(f"length {length}: the instruction, question and hidden sentences alone take more tokens; "
                          "give a longer length")
@@ -171,10 +177,7 @@ def common_words(rng: random.Random, hay: Haystack, count: Count, length: int, c
         repeats = 30
         while repeats > rare_repeats + 1 and count(listing(0, repeats)) > length // 2:
             repeats -= 1
-    lo, hi = 0, len(others)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if count(listing(mid, repeats) + question) <= length else (lo, mid - 1)
+    lo = most(lambda n: count(listing(n, repeats) + question) <= length, 0, len(others))
     if count(listing(lo, repeats) + question) > length:
         raise UsageError(f"length {length}: {common} words repeated {repeats} times take more tokens; give a longer "
                          "length or fewer common words")
@@ -193,10 +196,7 @@ def frequent_words(rng: random.Random, hay: Haystack, count: Count, length: int,
     question = ("\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the three most "
                 "frequently appeared words in the above coded text? Answer: According to the coded text above, the "
                 "three most frequently appeared words are:")
-    lo, hi = 1, len(draws)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if count(head + " ".join(draws[:mid]) + question) <= length else (lo, mid - 1)
+    lo = most(lambda n: count(head + " ".join(draws[:n]) + question) <= length, 1, len(draws))
     top = [w for w, _ in Counter(draws[:lo]).most_common(3)]
     return Item("fwe", head + " ".join(draws[:lo]), question, tuple(top))
 
