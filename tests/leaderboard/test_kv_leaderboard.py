@@ -26,6 +26,13 @@ def test_the_claims_are_decided_by_their_intervals_once_the_premise_holds():
     assert table(rows)["prefill"]["h2o"]["0.5"]["average"] == 0.5
 
 
+def test_two_sides_at_the_floor_decide_nothing():
+    rows = _rows({("full", "full", 0.0): [1.0] * 10, ("prefill", "snapkv", 0.5): [0.0] * 10,
+                  ("decode", "snapkv", 0.5): [0.0] * 10})
+    (decode,) = [c for c in claims(rows, 0.5) if c.claim.startswith("a query-aware")]
+    assert decode.status == "unresolved" and "floor or ceiling" in decode.note
+
+
 def test_without_the_premise_no_method_claim_is_decided():
     rows = _rows({("full", "full", 0.0): [0.0] * 10, ("prefill", "snapkv", 0.5): [1.0] * 10,
                   ("prefill", "h2o", 0.5): [0.0] * 10})

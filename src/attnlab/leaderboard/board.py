@@ -76,7 +76,12 @@ def _claim(text: str, rows, a, b, tasks, expected: float, test: str, seed: int) 
         return undecided(check(text, math.nan, expected, 0.0, test),
                          f"not measured here: no answers of both {a} and {b} on {', '.join(tasks) or 'any task'}")
     diff, interval, n = got
-    return check(text, diff, expected, 0.0, test, interval=interval, n=n, method=METHOD)
+    c = check(text, diff, expected, 0.0, test, interval=interval, n=n, method=METHOD)
+    both = [v for side in (a, b) for k, v in scores(rows).get(side, {}).items() if k[0] in tasks]
+    if len(set(both)) == 1:  # every answer of both sides at the floor (or the ceiling): nothing tells them apart
+        return undecided(c, f"both score {both[0]:g} on every one of the {n} items: the task's floor or ceiling "
+                            "decides, not the methods")
+    return c
 
 
 def claims(rows: list[dict], threshold: float, seed: int = 0) -> list[Claim]:
