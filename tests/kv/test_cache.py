@@ -17,6 +17,13 @@ from tiny_models import ROPE_ARCHS as ROPE
 
 T = 40
 EVICTING = [n for n in POLICIES.names() if POLICIES.get(n).needs_budget]  # every registered policy that evicts
+# the policies whose heads share a layer's budget (Ada-KV): heads keep different counts, the rest stored masked;
+# rolling positions are refused for them (tested below), so they stream at original positions
+SHARED = {n for n in EVICTING if make_policy(n, 8).shares_budget()}
+
+
+def _positions(policy: str, wanted: str) -> str:
+    return "original" if policy in SHARED else wanted
 
 
 def _policy(name, budget):
@@ -29,8 +36,8 @@ def _stream(model, cache, x, record=False):
     with cache, torch.no_grad():
         for t in range(x.shape[1]):
             logits.append(model(x[:, t:t + 1], past_key_values=cache).logits)
-            if record:
-                seen.append([layer.pos.clone() for layer in cache.layers])
+            if record:  # the slots each query could attend: a masked slot (a shared budget's) as -1
+                seen.append([layer.pos.masked_fill(~layer.valid, -1) for layer in cache.layers])
     return torch.cat(logits, 1), seen
 
 
@@ -44,8 +51,8 @@ def tokens():
 @pytest.mark.parametrize("policy", POLICIES.names())
 def test_budget_covering_the_stream_equals_a_plain_forward(tiny_models, arch, positions, policy, tokens):
     model = tiny_models[arch]
-    if positions == "rolling" and arch not in ROPE:
-        pytest.skip("learned positions: rolling is refused (tested below)")
+    if positions == "rolling" and (arch not in ROPE or policy in SHARED):
+        pytest.skip("learned positions, or heads that share a budget: rolling is refused (tested below)")
     with torch.no_grad():
         ref = model(tokens).logits
     budget = (T + 5) * (20 if policy == "pyramidkv" else 1)  # a pyramid's top layer keeps budget/beta (beta 20)
@@ -78,9 +85,11 @@ def test_eviction_equals_masking_the_evicted_tokens_in_a_dense_forward(tiny_mode
     hkv = seen[0][0].shape[1]
     masks = [torch.zeros(b, hkv, T, T, dtype=torch.bool) for _ in range(n_layers)]
     for t, per_layer in enumerate(seen):
-        for layer, pos in enumerate(per_layer):  # pos (B, Hkv, S): stream indices query t attended to
-            masks[layer][:, :, t].scatter_(-1, pos, True)
-            assert pos.shape[-1] <= cache.layers[layer].policy.capacity(T) + 1  # the layer's budget + the new token
+        for layer, pos in enumerate(per_layer):  # pos (B, Hkv, S): stream indices query t attended to (-1: masked)
+            row = torch.zeros(b, hkv, T + 1, dtype=torch.bool).scatter_(-1, pos.where(pos >= 0, T), True)
+            masks[layer][:, :, t] = row[..., :T]
+            cap = cache.layers[layer].policy.capacity(T) + 1  # the layer's budget + the new token
+            assert ((pos >= 0).sum((-1, -2)) <= cap * hkv).all() and (policy in SHARED or pos.shape[-1] <= cap)
             assert pos.unique(dim=-1).shape[-1] == pos.shape[-1]  # no stream index stored twice
     AttentionInterface.register("test_masked", _masked_attention(masks))
     AttentionMaskInterface.register("test_masked", sdpa_mask)
@@ -118,13 +127,16 @@ def test_h2o_scores_are_attention_column_sums(tiny_models, arch, tokens):
 def test_kept_sets_hold_the_sinks_and_the_recent_window(tiny_models, positions, name, tokens):
     model = tiny_models["llama"]
     policy = make_policy(name, budget=12, n_sink=2, recent=4)  # each reads the options it has
-    cache = PolicyCache(model, policy, positions)
+    cache = PolicyCache(model, policy, _positions(name, positions))
     _stream(model, cache, tokens)
     for i in range(len(cache.layers)):
         own = cache.layers[i].policy  # the layer's share of the policy (a pyramid's budget differs by layer)
         n_sink, recent = getattr(own, "n_sink", 0), own.n_recent(own.capacity(T))
-        kept = cache.kept_positions(i)  # (B, H, S)
-        assert kept.shape[-1] == own.capacity(T) + 1
+        layer = cache.layers[i]
+        kept = layer.pos.masked_fill(~layer.valid, -1)  # (B, H, S): a masked slot (a shared budget's) as -1
+        visible = (kept >= 0).sum((-1, -2))  # (B,): every head's visible slots
+        assert (visible == (own.capacity(T) + 1) * kept.shape[1]).all()
+        assert name in SHARED or kept.shape[-1] == own.capacity(T) + 1
         for must in [*range(n_sink), *range(T - recent, T)]:
             assert (kept == must).any(-1).all(), (name, must)
         assert kept.unique(dim=-1).shape[-1] == kept.shape[-1]  # no slot stored twice
@@ -198,7 +210,7 @@ def test_batch_rows_are_independent_under_eviction(tiny_models, tokens):
 @pytest.mark.parametrize("policy", POLICIES.names())
 def test_generate_runs_every_policy_and_memory_stays_bounded(tiny_models, arch, policy, tokens):
     model = tiny_models[arch]
-    positions = "rolling" if arch in ROPE else "original"
+    positions = _positions(policy, "rolling" if arch in ROPE else "original")
     prompt = tokens[:, :6].clone()
     mask = torch.ones_like(prompt)
     prompt[1, :2], mask[1, :2] = 0, 0  # left padding in row 1
@@ -206,7 +218,10 @@ def test_generate_runs_every_policy_and_memory_stays_bounded(tiny_models, arch, 
         out = model.generate(prompt, attention_mask=mask, past_key_values=cache, max_new_tokens=15, min_new_tokens=15,
                              do_sample=False, pad_token_id=0)
     assert out.shape == (2, 21)
-    assert cache.stored() == (20 if policy == "full" else 9)
+    if policy in SHARED:  # heads keep different counts: 9 a head on average, the rest stored masked
+        assert (cache.layers[0].valid.sum((-1, -2)) <= 9 * cache.layers[0].valid.shape[1]).all()
+    else:
+        assert cache.stored() == (20 if policy == "full" else 9)
     assert model.config._attn_implementation != "attnlab_kv"  # restored on exit
 
 
@@ -233,6 +248,13 @@ def test_evicted_memory_is_really_freed(tiny_models, tokens):
     per_token = dense.kv_bytes() / T
     assert small.kv_bytes() == per_token * 9  # budget + the last step's token
     assert small.layers[0].keys.untyped_storage().nbytes() <= per_token * (T // 2) / len(small.layers)
+
+
+def test_rolling_is_refused_where_heads_share_a_budget(tiny_models):
+    for name in SHARED:
+        with pytest.raises(UsageError, match="positions original"):
+            PolicyCache(tiny_models["llama"], make_policy(name, budget=8), "rolling")
+    assert SHARED  # Ada-KV at least
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "opt"])
@@ -334,22 +356,22 @@ def test_a_stream_met_far_out_is_the_same_stream(tiny_models, arch, tokens):
 def test_a_saved_stream_resumes_exactly(tiny_models, arch, policy, tokens):
     """Stop a stream after eviction has begun, save the cache through torch.save, load it into a fresh cache:
     the rest of the stream gives the same logits, bit for bit, as the stream never stopped."""
-    model, half = tiny_models[arch], T // 2
-    whole, _ = _stream(model, PolicyCache(model, _policy(policy, 12), "rolling"), tokens)
-    first = PolicyCache(model, _policy(policy, 12), "rolling")
+    model, half, positions = tiny_models[arch], T // 2, _positions(policy, "rolling")
+    whole, _ = _stream(model, PolicyCache(model, _policy(policy, 12), positions), tokens)
+    first = PolicyCache(model, _policy(policy, 12), positions)
     _stream(model, first, tokens[:, :half])
     buf = io.BytesIO()
     torch.save(first.state_dict(), buf)
     buf.seek(0)
-    resumed = PolicyCache(model, _policy(policy, 12), "rolling")
+    resumed = PolicyCache(model, _policy(policy, 12), positions)
     resumed.load_state_dict(torch.load(buf))
     rest, _ = _stream(model, resumed, tokens[:, half:])
     assert torch.equal(rest, whole[:, half:])
-    twin = PolicyCache(model, _policy(policy, 12), "rolling")
+    twin = PolicyCache(model, _policy(policy, 12), positions)
     twin.load_state_dict(first.state_dict())  # without torch.save: the two must not share slots
     for cache in (twin, first):
         assert torch.equal(_stream(model, cache, tokens[:, half:])[0], whole[:, half:])
     with pytest.raises(UsageError, match="same policy"):
-        PolicyCache(model, _policy(policy, 16), "rolling").load_state_dict(first.state_dict())
+        PolicyCache(model, _policy(policy, 16), positions).load_state_dict(first.state_dict())
     with pytest.raises(UsageError, match="not a cache state"):
-        PolicyCache(model, _policy(policy, 12), "rolling").load_state_dict({"keys": torch.zeros(1)})
+        PolicyCache(model, _policy(policy, 12), positions).load_state_dict({"keys": torch.zeros(1)})

@@ -7,7 +7,8 @@ import torch
 from attnlab.core.errors import UsageError
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.layer import PolicyLayer
-from attnlab.kv.policies import POLICIES, KNorm, KVPolicy, make_policy
+from attnlab.kv.policies import POLICIES, KVPolicy, make_policy
+from attnlab.kv.policy_classic import KNorm
 from attnlab.models import arch
 from attnlab.models.rotary import RopeSpec
 from tiny_models import ROPE_ARCHS, V

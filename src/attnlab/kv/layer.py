@@ -133,7 +133,8 @@ class PolicyLayer(CacheLayerMixin):
         self.stored_before = self.keys.shape[-2]
         cap = self.policy.capacity(self.seen)
         n_over = self.keys.shape[-2] - cap if cap is not None else 0
-        if n_over > 0 and q == 1 and n_over == 1:  # steady decoding: overwrite the evicted slot
+        # steady decoding: overwrite the evicted slot (heads that share a budget evict through _evict)
+        if n_over > 0 and q == 1 and n_over == 1 and not self.policy.shares_budget():
             evict = self._priority().argmin(-1, keepdim=True)  # (B, H, 1)
             if self.rope is not None:
                 ev_pos = self.pos.gather(-1, evict)
@@ -213,7 +214,13 @@ class PolicyLayer(CacheLayerMixin):
     def _evict(self, n: int) -> None:
         """Keep the S - n slots of highest priority (per batch row and KV head)."""
         s = self.keys.shape[-2]
-        keep = self._priority().topk(s - n, dim=-1).indices.sort(-1).values  # (B, H, S-n)
+        priority = self._priority()  # (B, H, S)
+        visible = self.policy.allocate(priority, s - n) if self.policy.shares_budget() else None  # (B, H, S) bool
+        width = s - n if visible is None else int(visible.sum(-1).max())  # a head may keep more than s - n
+        if visible is not None:  # a head's slots past its share are stored beside them, masked
+            priority = priority.masked_fill(~visible, float("-inf"))
+            self.any_pad = True  # masked slots, as padding is: every step's attention must read ``valid``
+        keep = priority.topk(width, dim=-1).indices.sort(-1).values  # (B, H, width)
         if self.rope is not None:
             evicted = torch.ones_like(self.valid).scatter_(-1, keep, False)  # (B, H, S)
             order = self.pos.argsort(-1)
@@ -224,7 +231,8 @@ class PolicyLayer(CacheLayerMixin):
         d = keep[..., None]
         self._adopt(keys=self.keys.gather(2, d.expand(-1, -1, -1, self.keys.shape[-1])),
                     values=self.values.gather(2, d.expand(-1, -1, -1, self.values.shape[-1])),
-                    pos=self.pos.gather(-1, keep), valid=self.valid.gather(-1, keep),
+                    pos=self.pos.gather(-1, keep),
+                    valid=self.valid.gather(-1, keep) & (True if visible is None else visible.gather(-1, keep)),
                     score=None if self.score is None else self.score.gather(2, _per_slot(keep, self.score)))
 
     def _rerotate(self, moved: torch.Tensor, delta: torch.Tensor | int) -> None:

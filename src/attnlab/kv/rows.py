@@ -55,6 +55,18 @@ class RowPolicies(KVPolicy):
     def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
         return RowPolicies(rows=tuple(p.for_layer(layer, n_layers) for p in self.rows))
 
+    def shares_budget(self) -> bool:
+        return any(p.shares_budget() for p in self.rows)
+
+    def allocate(self, priority: torch.Tensor, keep: int) -> torch.Tensor:  # row b shared out by rows[b]
+        def row(b: int, p: KVPolicy) -> torch.Tensor:
+            if p.shares_budget():
+                return p.allocate(priority[b:b + 1], keep)
+            own = torch.zeros_like(priority[b:b + 1], dtype=torch.bool)  # a head's own top keep
+            return own.scatter_(-1, priority[b:b + 1].topk(keep, dim=-1).indices, True)
+
+        return torch.cat([row(b, p) for b, p in enumerate(self.rows)])
+
     def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:  # row b's score folded by rows[b]
         for b, p in enumerate(self.rows):
             if p.needs_scores:

@@ -33,7 +33,7 @@ class LeaderboardConfig:
     lengths: tuple[int, ...] = (1024,)
     n: int = 5  # items per task and length
     ratios: tuple[float, ...] = RATIOS
-    policies: tuple[str, ...] = ("sinks", "h2o", "tova", "snapkv", "keydiff", "knorm", "pyramidkv")
+    policies: tuple[str, ...] = ("sinks", "h2o", "tova", "snapkv", "keydiff", "knorm", "pyramidkv", "adakv")
     regimes: tuple[str, ...] = REGIMES
     chunk: int = 32  # context tokens per step in the decode regime
     max_new: int = 32

@@ -78,6 +78,12 @@ class Once(KVPolicy):
     def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:
         self.inner.fold(score, probs)
 
+    def shares_budget(self) -> bool:
+        return self.inner.shares_budget()
+
+    def allocate(self, priority: torch.Tensor, keep: int) -> torch.Tensor:
+        return self.inner.allocate(priority, keep)
+
     def priority(self, s: SlotState) -> torch.Tensor:  # at the one eviction, seen == context: inner's choice
         return self.inner.priority(s)
 
