@@ -7,7 +7,7 @@
   tokens a step at the same budget, evicting as it goes, and so do the question and the answer: the cache
   never holds more than the budget and a step's tokens.
 
-The budget of a compression ratio r over a context of C tokens is k = round((1 - r) C) tokens in both. A cache
+The budget of a compression ratio r over a context of C tokens is k = int((1 - r) C) tokens in both (kvpress's). A cache
 evicts down to its budget before it stores a step's tokens, so when the answer begins each holds k context
 tokens and the question: the regimes differ in when, and from what, they chose the k; then the decode
 regime's answer tokens evict as decoding goes on.
@@ -27,10 +27,11 @@ RATIOS = (0.25, 0.5, 0.75, 0.875)  # kvpress's leaderboard's compression ratios:
 
 
 def kept_tokens(ratio: float, context: int) -> int:
-    """The budget a compression ratio leaves of a context: round((1 - ratio) * context), one token at least."""
+    """The budget a compression ratio leaves of a context: int((1 - ratio) * context), one token at least --
+    kvpress's own count (rounded down), so that the two keep as many tokens."""
     if not 0 <= ratio < 1:
         raise UsageError(f"compression ratio {ratio}: give the share of the context removed, in [0, 1)")
-    return max(1, round((1 - ratio) * context))
+    return max(1, int(context * (1 - ratio)))
 
 
 @dataclass(frozen=True)
