@@ -38,6 +38,7 @@ import torch
 from attnlab.core.errors import UsageError, check_number
 from attnlab.core.metrics import received_attention
 from attnlab.core.registry import Registry, files
+from attnlab.experiments.command import option
 
 KEEP = float("inf")  # priority of a token the policy must keep (sink or recent)
 POSITIONS = ("original", "rolling")  # where kept tokens sit: their stream positions, or their ranks in the cache
@@ -148,6 +149,46 @@ class KVPolicy:
     def label(self) -> str:
         """A table's short name, for a token budget: how the budget is split."""
         return f"{self.name} {self.budget}"
+
+
+@dataclass(frozen=True)
+class OverScorer(KVPolicy):
+    """A policy that shares a budget out (over the layers: PyramidKV; over the heads: Ada-KV) and lets another
+    registered policy, ``scorer``, choose the tokens: the scores, their folding and the slots it protects are
+    the scorer's at the budget."""
+
+    scorer: str = option("snapkv", "the policy whose scores choose the tokens", choices=lambda: POLICIES.names())
+
+    def __post_init__(self):
+        if self.scorer == self.name or not POLICIES.get(self.scorer).needs_budget:
+            raise UsageError(f"{self.name} scorer={self.scorer}: give a policy that evicts by a score, e.g. snapkv, "
+                             "h2o, tova, keydiff")
+
+    def _scorer(self, budget: float | None = None) -> KVPolicy:
+        return make_policy(self.scorer, self.budget if budget is None else budget)
+
+    @property
+    def needs_scores(self) -> bool:  # what the scorer reads
+        return POLICIES.get(self.scorer).needs_scores
+
+    @property
+    def scored(self) -> bool:
+        return POLICIES.get(self.scorer).scored
+
+    def reserved(self) -> int:
+        return self._scorer().reserved()
+
+    def n_recent(self, capacity: int) -> int:
+        return self._scorer().n_recent(capacity)
+
+    def score_slots(self) -> tuple[int, ...]:
+        return self._scorer().score_slots()
+
+    def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:
+        self._scorer().fold(score, probs)
+
+    def priority(self, s: SlotState) -> torch.Tensor:  # (B, H, S)
+        return self._scorer().priority(s)
 
 
 def make_policy(name: str, budget: float | None = None, n_sink: int = 4,

@@ -17,46 +17,21 @@ import torch
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.kv.policies import POLICIES, KVPolicy, SlotState, make_policy, register
+from attnlab.kv.policies import POLICIES, OverScorer, register
 
 
 @register
 @dataclass(frozen=True)
-class AdaKV(KVPolicy):
-    scorer: str = option("snapkv", "the policy whose scores the heads compete with", choices=POLICIES.names)
+class AdaKV(OverScorer):
     alpha: float = option(0.2, "the share of an even split every head keeps whatever its scores", bounds="[0, 1]")
     name = "adakv"
     about = "Ada-KV: a layer's budget shared out over its KV heads by their scores (SnapKV's by default)"
 
     def __post_init__(self):
-        cls = POLICIES.get(self.scorer)
-        if self.scorer == self.name or not cls.needs_budget or not cls.scored:
+        super().__post_init__()
+        if not POLICIES.get(self.scorer).scored:  # the heads compete by their scores: each head must have its own
             raise UsageError(f"adakv scorer={self.scorer}: give a policy that scores each head's slots, e.g. snapkv, "
                              "h2o, tova, keydiff")
-
-    def _scorer(self) -> KVPolicy:
-        return make_policy(self.scorer, self.budget)
-
-    @property
-    def needs_scores(self) -> bool:
-        return POLICIES.get(self.scorer).needs_scores
-
-    scored = True
-
-    def reserved(self) -> int:
-        return self._scorer().reserved()
-
-    def n_recent(self, capacity: int) -> int:
-        return self._scorer().n_recent(capacity)
-
-    def score_slots(self) -> tuple[int, ...]:
-        return self._scorer().score_slots()
-
-    def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:
-        self._scorer().fold(score, probs)
-
-    def priority(self, s: SlotState) -> torch.Tensor:  # (B, H, S): the scorer's, compared across the heads
-        return self._scorer().priority(s)
 
     def shares_budget(self) -> bool:
         return True

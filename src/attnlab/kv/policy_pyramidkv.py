@@ -14,42 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.kv.policies import POLICIES, KVPolicy, SlotState, make_policy, register
+from attnlab.kv.policies import KVPolicy, OverScorer, make_policy, register
 
 
 @register
 @dataclass(frozen=True)
-class PyramidKV(KVPolicy):
-    scorer: str = option("snapkv", "the policy that chooses the tokens within each layer", choices=POLICIES.names)
+class PyramidKV(OverScorer):
     beta: float = option(20.0, "the pyramid's steepness: the top layer keeps budget/beta", bounds=">= 1")
     name = "pyramidkv"
     about = "PyramidKV: a budget decreasing from the bottom layer to the top, each layer choosing by a scorer"
-
-    def __post_init__(self):
-        if self.scorer == self.name or not POLICIES.get(self.scorer).needs_budget:
-            raise UsageError(f"pyramidkv scorer={self.scorer}: give a policy that evicts by a score, e.g. snapkv, "
-                             "h2o, tova")
-
-    def _scorer(self, budget: float | None) -> KVPolicy:
-        return make_policy(self.scorer, budget)
-
-    @property
-    def needs_scores(self) -> bool:  # what the layers' scorer reads
-        return POLICIES.get(self.scorer).needs_scores
-
-    @property
-    def scored(self) -> bool:
-        return POLICIES.get(self.scorer).scored
-
-    def reserved(self) -> int:
-        return self._scorer(self.budget).reserved()
-
-    def n_recent(self, capacity: int) -> int:
-        return self._scorer(self.budget).n_recent(capacity)
 
     def layer_budget(self, layer: int, n_layers: int) -> float | None:
         """Layer ``layer``'s budget: tokens, or a share of those seen (None: the whole context)."""
@@ -67,9 +41,6 @@ class PyramidKV(KVPolicy):
     def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
         budget = self.layer_budget(layer, n_layers)
         return make_policy("full") if budget is None else self._scorer(budget)
-
-    def priority(self, s: SlotState) -> torch.Tensor:  # a cache evicts by for_layer's; alone, the scorer's
-        return self._scorer(self.budget).priority(s)
 
     def describe(self) -> str:
         return f"pyramidkv({self.scorer}, budget={self.budget}, beta={self.beta:g})"
