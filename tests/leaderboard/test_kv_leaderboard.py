@@ -62,3 +62,6 @@ def test_the_experiment_runs_end_to_end(tmp_path, monkeypatch):
     kept = {(a["regime"], a["ratio"]): a["kept_context"] / a["context_tokens"] for a in m["answers"]}
     assert kept[("full", 0.0)] == 1.0 and abs(kept[("prefill", 0.75)] - 0.25) < 0.01
     assert (out / "leaderboard.png").stat().st_size > 0 and "## Claims" in (out / "report.md").read_text()
+    prefill, decode = (m["costs"][g]["snapkv"]["0.75"] for g in ("prefill", "decode"))
+    assert 0 < prefill["kv_bytes"] < m["costs"]["full"]["full"]["0"]["kv_bytes"]  # a quarter of the context kept
+    assert decode["tokens_per_s"] > 0 and decode["kv_bytes"] == prefill["kv_bytes"]  # the same slots held then

@@ -44,6 +44,20 @@ def table(rows: list[dict]) -> dict[str, dict[str, dict[str, dict[str, float]]]]
     return out
 
 
+def costs(rows: list[dict]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """regime -> policy -> ratio -> {"tokens_per_s": mean decode speed, "kv_bytes": mean cache bytes when the
+    answer began} over the answers (what each method costs beside what it scores)."""
+    by: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        by[key(r)].append(r)
+    out: dict = {}
+    for (regime, policy, ratio), rs in sorted(by.items()):
+        out.setdefault(regime, {}).setdefault(policy, {})[f"{ratio:g}"] = {
+            "tokens_per_s": float(np.mean([r["tokens_per_s"] for r in rs])),
+            "kv_bytes": float(np.mean([r["kv_bytes"] for r in rs]))}
+    return out
+
+
 def premise(rows: list[dict], threshold: float, seed: int = 0) -> dict[str, Claim]:
     """Per task: the full cache's mean score is at least ``threshold`` (its interval over the items decides)."""
     full = scores(rows)[("full", "full", 0.0)]

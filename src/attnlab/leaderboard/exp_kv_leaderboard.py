@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.registry import Result, register
-from attnlab.leaderboard.board import NEEDLES, claims, table
+from attnlab.leaderboard.board import NEEDLES, claims, costs, table
 from attnlab.leaderboard.regimes import RATIOS, REGIMES, kept_tokens
 from attnlab.leaderboard.tasks import TASKS
 
@@ -97,15 +97,21 @@ def run_kv_leaderboard(cfg: LeaderboardConfig, ctx) -> Result:
     board = table(rows)
     leaderboard_figure(ctx, board)
     found = claims(rows, cfg.premise, cfg.seed)
-    metrics = {"command": ctx.command, "model": cfg.model, "table": board, "answers": rows}
-    lines = ["| regime | policy | " + " | ".join(f"ratio {r:g}" for r in cfg.ratios) + " |",
+    spent = costs(rows)
+    metrics = {"command": ctx.command, "model": cfg.model, "table": board, "costs": spent, "answers": rows}
+    lines = ["Mean score (decode tokens/s, KV MiB when the answer began):", "",
+             "| regime | policy | " + " | ".join(f"ratio {r:g}" for r in cfg.ratios) + " |",
              "|---|---|" + "---|" * len(cfg.ratios)]
-    full = board["full"]["full"]["0"]["average"]
-    lines.append(f"| full | full | {full:.3f} |" + " |" * (len(cfg.ratios) - 1))
+
+    def cell(regime: str, policy: str, ratio: str) -> str:
+        c = spent[regime][policy][ratio]
+        return f"{board[regime][policy][ratio]['average']:.3f} ({c['tokens_per_s']:.1f}, {c['kv_bytes'] / 2**20:.1f})"
+
+    lines.append(f"| full | full | {cell('full', 'full', '0')} |" + " |" * (len(cfg.ratios) - 1))
     for regime in cfg.regimes:
         for policy in cfg.policies:
-            cells = [board[regime][policy][f"{r:g}"]["average"] for r in cfg.ratios]
-            lines.append(f"| {regime} | {policy} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+            lines.append(f"| {regime} | {policy} | " + " | ".join(cell(regime, policy, f"{r:g}") for r in cfg.ratios)
+                         + " |")
     figures = {"leaderboard.png": "Mean score over the tasks against the compression ratio (the share of the context "
                "removed), one line per policy; left: compressed once after the context (prefill), right: while "
                "the context streams (decode); the full cache dotted."}
