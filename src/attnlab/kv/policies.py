@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import torch
 
@@ -151,8 +152,46 @@ class KVPolicy:
         return f"{self.name} {self.budget}"
 
 
+class Delegating(KVPolicy):
+    """A policy that is another one, ``inner``, in everything it scores: its priorities, how it folds attention
+    into the scores, the slots it protects, how a layer's heads share its budget. A subclass changes only how much
+    is kept, and when (:class:`OverScorer` here; ``leaderboard.regimes.Once``). No fields: each subclass gives
+    ``inner`` its own way."""
+
+    inner: KVPolicy
+
+    @property
+    def needs_scores(self) -> bool:
+        return self.inner.needs_scores
+
+    @property
+    def scored(self) -> bool:
+        return self.inner.scored
+
+    def reserved(self) -> int:
+        return self.inner.reserved()
+
+    def n_recent(self, capacity: int) -> int:
+        return self.inner.n_recent(capacity)
+
+    def score_slots(self) -> tuple[int, ...]:
+        return self.inner.score_slots()
+
+    def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:
+        self.inner.fold(score, probs)
+
+    def shares_budget(self) -> bool:
+        return self.inner.shares_budget()
+
+    def allocate(self, priority: torch.Tensor, keep: int) -> torch.Tensor:
+        return self.inner.allocate(priority, keep)
+
+    def priority(self, s: SlotState) -> torch.Tensor:  # (B, H, S)
+        return self.inner.priority(s)
+
+
 @dataclass(frozen=True)
-class OverScorer(KVPolicy):
+class OverScorer(Delegating):
     """A policy that shares a budget out (over the layers: PyramidKV; over the heads: Ada-KV) and lets another
     registered policy, ``scorer``, choose the tokens: the scores, their folding and the slots it protects are
     the scorer's at the budget."""
@@ -164,31 +203,13 @@ class OverScorer(KVPolicy):
             raise UsageError(f"{self.name} scorer={self.scorer}: give a policy that evicts by a score, e.g. snapkv, "
                              "h2o, tova, keydiff")
 
-    def _scorer(self, budget: float | None = None) -> KVPolicy:
-        return make_policy(self.scorer, self.budget if budget is None else budget)
+    @cached_property
+    def inner(self) -> KVPolicy:
+        """The scorer at the budget, made once: every eviction asks it for priorities."""
+        return self.scorer_at(self.budget)
 
-    @property
-    def needs_scores(self) -> bool:  # what the scorer reads
-        return POLICIES.get(self.scorer).needs_scores
-
-    @property
-    def scored(self) -> bool:
-        return POLICIES.get(self.scorer).scored
-
-    def reserved(self) -> int:
-        return self._scorer().reserved()
-
-    def n_recent(self, capacity: int) -> int:
-        return self._scorer().n_recent(capacity)
-
-    def score_slots(self) -> tuple[int, ...]:
-        return self._scorer().score_slots()
-
-    def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:
-        self._scorer().fold(score, probs)
-
-    def priority(self, s: SlotState) -> torch.Tensor:  # (B, H, S)
-        return self._scorer().priority(s)
+    def scorer_at(self, budget: float | None) -> KVPolicy:
+        return make_policy(self.scorer, budget)
 
 
 def make_policy(name: str, budget: float | None = None, n_sink: int = 4,

@@ -40,7 +40,7 @@ class PyramidKV(OverScorer):
 
     def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
         budget = self.layer_budget(layer, n_layers)
-        return make_policy("full") if budget is None else self._scorer(budget)
+        return make_policy("full") if budget is None else self.scorer_at(budget)
 
     def describe(self) -> str:
         return f"pyramidkv({self.scorer}, budget={self.budget}, beta={self.beta:g})"

@@ -7,20 +7,17 @@
   tokens a step at the same budget, evicting as it goes, and so do the question and the answer: the cache
   never holds more than the budget and a step's tokens.
 
-The budget of a compression ratio r over a context of C tokens is k = int((1 - r) C) tokens in both (kvpress's). A cache
-evicts down to its budget before it stores a step's tokens, so when the answer begins each holds k context
-tokens and the question: the regimes differ in when, and from what, they chose the k; then the decode
-regime's answer tokens evict as decoding goes on.
-Pure torch: no transformers.
+The budget of a compression ratio r over a context of C tokens is k = int((1 - r) C) tokens in both (kvpress's
+count). A cache evicts down to its budget before it stores a step's tokens, so when the answer begins each holds
+k context tokens and the question: the regimes differ in when, and from what, they chose the k; then the decode
+regime's answer tokens evict as decoding goes on. Pure torch: no transformers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from attnlab.core.errors import UsageError
-from attnlab.kv.policies import KVPolicy, SlotState
+from attnlab.kv.policies import Delegating, KVPolicy
 
 REGIMES = ("prefill", "decode")
 RATIOS = (0.25, 0.5, 0.75, 0.875)  # kvpress's leaderboard's compression ratios: the share of the context removed
@@ -35,10 +32,10 @@ def kept_tokens(ratio: float, context: int) -> int:
 
 
 @dataclass(frozen=True)
-class Once(KVPolicy):
+class Once(Delegating):
     """``inner`` compresses once, when the cache has seen the ``context``'s tokens and the next ones arrive (the
     question's): down to ``inner``'s capacity at that length; afterwards every new token is kept. Everything
-    else -- scores, their folding, the per-layer share -- is ``inner``'s."""
+    else -- scores, their folding, the per-layer share -- is ``inner``'s (:class:`Delegating`)."""
 
     inner: KVPolicy | None = None
     context: int = 0
@@ -50,43 +47,14 @@ class Once(KVPolicy):
         object.__setattr__(self, "budget", self.inner.budget)
 
     @property
-    def needs_scores(self) -> bool:
-        return self.inner.needs_scores
-
-    @property
     def needs_budget(self) -> bool:
         return self.inner.needs_budget
-
-    @property
-    def scored(self) -> bool:
-        return self.inner.scored
 
     def capacity(self, seen: int) -> int | None:
         if seen < self.context:  # the context is still coming in: nothing is evicted yet
             return None
         kept = self.inner.capacity(self.context)
         return None if kept is None else kept + seen - self.context
-
-    def reserved(self) -> int:
-        return self.inner.reserved()
-
-    def n_recent(self, capacity: int) -> int:
-        return self.inner.n_recent(capacity)
-
-    def score_slots(self) -> tuple[int, ...]:
-        return self.inner.score_slots()
-
-    def fold(self, score: torch.Tensor, probs: torch.Tensor) -> None:
-        self.inner.fold(score, probs)
-
-    def shares_budget(self) -> bool:
-        return self.inner.shares_budget()
-
-    def allocate(self, priority: torch.Tensor, keep: int) -> torch.Tensor:
-        return self.inner.allocate(priority, keep)
-
-    def priority(self, s: SlotState) -> torch.Tensor:  # at the one eviction, seen == context: inner's choice
-        return self.inner.priority(s)
 
     def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
         return Once(inner=self.inner.for_layer(layer, n_layers), context=self.context)
