@@ -106,9 +106,9 @@ def attnlab_side(out: Path) -> dict:
                     model(torch.tensor([ids]), past_key_values=cache)
                     model(torch.tensor([ids[-1:]]), past_key_values=cache)  # the next token: the one compression
                 for layer, heads in enumerate(theirs["kept"][f"{press_name}/{ratio}/{i}"]):
-                    slots = cache.layers[layer]
+                    held = cache.kept_mask(layer, n)[0]  # (H_kv, n)
                     for h, kv in enumerate(heads):
-                        mine = set(slots.pos[0, h][slots.valid[0, h] & (slots.pos[0, h] < n)].tolist())
+                        mine = set(held[h].nonzero().flatten().tolist())
                         total += 1
                         same += mine == set(kv)
                         jaccard.append(len(mine & set(kv)) / len(mine | set(kv)))

@@ -75,5 +75,6 @@ def test_a_replay_keeps_what_the_policys_own_cache_keeps(model, name):
         index = slots.pos[0].where(slots.valid[0], T)  # (H_kv, S): a masked slot (Ada-KV's) to a column of its own
         own = torch.zeros(index.shape[0], T + 1, dtype=torch.bool).scatter_(-1, index, True)[:, :T]
         assert torch.equal(r.kept[-1, layer], own), (name, layer)
+        assert torch.equal(cache.kept_mask(layer, T)[0], own)
     if name == "adakv":  # heads keep different counts, as the page then shows
         assert len({int(n) for n in r.kept[-1].sum(-1).flatten()}) > 1

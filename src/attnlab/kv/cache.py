@@ -132,6 +132,14 @@ class PolicyCache(Cache):
         layer = self.layers[layer_idx]
         return layer.keys.shape[-2] if layer.is_initialized else 0
 
+    def kept_mask(self, layer_idx: int, length: int) -> torch.Tensor:
+        """(B, H, length) bool: which of the stream's first ``length`` tokens each KV head of one layer can still
+        attend -- not a slot a shared budget masks (Ada-KV), nor padding."""
+        layer = self.layers[layer_idx]
+        pos = layer.pos.where(layer.valid & (layer.pos < length), length)  # (B, H, S): the rest to a spare column
+        held = torch.zeros(*pos.shape[:2], length + 1, dtype=torch.bool, device=pos.device)
+        return held.scatter_(-1, pos, True)[..., :length]
+
     def kept_positions(self, layer_idx: int) -> torch.Tensor:
         """(B, H, S) stream indices of the stored tokens of one layer, sorted."""
         return self.layers[layer_idx].pos.sort(-1).values

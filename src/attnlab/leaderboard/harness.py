@@ -59,7 +59,7 @@ def answer(model, tok, item: Item, policy: str, ratio: float, regime: str, optio
             model(torch.tensor([context[start:start + step]], device=device), past_key_values=cache,
                   logits_to_keep=1)
         out = model(torch.tensor([question], device=device), past_key_values=cache, logits_to_keep=1)
-        kept = int((cache.layers[0].pos[0, 0] < n).sum())
+        kept = int(cache.kept_mask(0, n)[0, 0].sum())
         kv_bytes = cache.kv_bytes()
         new = [int(out.logits[0, -1].argmax())]
         began = time.perf_counter()

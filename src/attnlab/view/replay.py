@@ -62,9 +62,7 @@ def _stream(model, ids: torch.Tensor, rows: RowPolicies, chunk: int, progress) -
         for start in range(0, t, chunk):
             model(batch[:, start:start + chunk], past_key_values=cache, use_cache=True)
             ends.append(min(start + chunk, t))
-            # (B, L, H_kv, S): each slot's stream index, a masked one (a head past its share of a budget) as t
-            pos = torch.stack([l.pos.where(l.valid, t) for l in cache.layers], 1).cpu()
-            kept.append(torch.zeros(*pos.shape[:3], t + 1, dtype=torch.bool).scatter_(-1, pos, True)[..., :t])
+            kept.append(torch.stack([cache.kept_mask(i, t) for i in range(len(cache.layers))], 1).cpu())  # (B, L, H, T)
             if progress is not None:
                 progress.update(ends[-1] - start)
     return ends, torch.stack(kept)
