@@ -37,12 +37,12 @@ def prompts(out: Path, n: int, length: int) -> None:
     """The contexts of ``n`` niah_single items of ``length`` tokens, as token ids (BOS first)."""
     from attnlab.data.sources import read_corpus
     from attnlab.evals.inputs import load_model
-    from attnlab.leaderboard.harness import ids_of
+    from attnlab.leaderboard.harness import ids_of, token_count
     from attnlab.leaderboard.tasks import haystack_from, make_items
 
     _, tok = load_model("smollm2")
     hay = haystack_from(read_corpus("war-and-peace/warpeace.txt", "haystack"))
-    items = make_items("niah_single", hay, lambda t: 1 + len(tok(t, add_special_tokens=False)["input_ids"]), length, n)
+    items = make_items("niah_single", hay, token_count(tok), length, n)
     write(out / "prompts.json", {"model": _model_folder(), "contexts": [ids_of(tok, i)[0] for i in items]})
 
 

@@ -58,9 +58,10 @@ def costs(rows: list[dict]) -> dict[str, dict[str, dict[str, dict[str, float]]]]
     return out
 
 
-def premise(rows: list[dict], threshold: float, seed: int = 0) -> dict[str, Claim]:
-    """Per task: the full cache's mean score is at least ``threshold`` (its interval over the items decides)."""
-    full = scores(rows)[("full", "full", 0.0)]
+def premise(by: dict[tuple, dict[tuple, float]], threshold: float, seed: int = 0) -> dict[str, Claim]:
+    """Per task: the full cache's mean score is at least ``threshold`` (its interval over the items decides);
+    ``by``: :func:`scores`."""
+    full = by[("full", "full", 0.0)]
     out = {}
     for task in dict.fromkeys(t for t, _, _ in full):
         x = np.array([s for (t, _, _), s in full.items() if t == task])
@@ -70,10 +71,10 @@ def premise(rows: list[dict], threshold: float, seed: int = 0) -> dict[str, Clai
     return out
 
 
-def compare(rows: list[dict], a: tuple, b: tuple, tasks: list[str], seed: int = 0):
-    """mean(a) - mean(b) over ``tasks``' items (the same items for both): (difference, interval, n), or None
-    where either side has no answers there."""
-    sa, sb = scores(rows).get(a, {}), scores(rows).get(b, {})
+def compare(by: dict[tuple, dict[tuple, float]], a: tuple, b: tuple, tasks: list[str], seed: int = 0):
+    """mean(a) - mean(b) over ``tasks``' items (the same items for both; ``by``: :func:`scores`): (difference,
+    interval, n), or None where either side has no answers there."""
+    sa, sb = by.get(a, {}), by.get(b, {})
     strata = []
     for task in tasks:
         items = sorted(k for k in sa if k[0] == task and k in sb)
@@ -84,14 +85,14 @@ def compare(rows: list[dict], a: tuple, b: tuple, tasks: list[str], seed: int = 
     return mean_difference(strata), paired_bootstrap(mean_difference, strata, seed=seed), sum(map(len, strata))
 
 
-def _claim(text: str, rows, a, b, tasks, expected: float, test: str, seed: int) -> Claim:
-    got = compare(rows, a, b, tasks, seed)
+def _claim(text: str, by, a, b, tasks, expected: float, test: str, seed: int) -> Claim:
+    got = compare(by, a, b, tasks, seed)
     if got is None:
         return undecided(check(text, math.nan, expected, 0.0, test),
                          f"not measured here: no answers of both {a} and {b} on {', '.join(tasks) or 'any task'}")
     diff, interval, n = got
     c = check(text, diff, expected, 0.0, test, interval=interval, n=n, method=METHOD)
-    both = [v for side in (a, b) for k, v in scores(rows).get(side, {}).items() if k[0] in tasks]
+    both = [v for side in (a, b) for k, v in by.get(side, {}).items() if k[0] in tasks]
     if len(set(both)) == 1:  # every answer of both sides at the floor (or the ceiling): nothing tells them apart
         return undecided(c, f"both score {both[0]:g} on every one of the {n} items: the task's floor or ceiling "
                             "decides, not the methods")
@@ -101,7 +102,8 @@ def _claim(text: str, rows, a, b, tasks, expected: float, test: str, seed: int) 
 def claims(rows: list[dict], threshold: float, seed: int = 0) -> list[Claim]:
     """The premise per task, then the papers' claims over the needle tasks whose premise holds (fixed before the
     first run); a claim with no such task is unresolved, saying so; then each row's average as a finding."""
-    gates = premise(rows, threshold, seed)
+    by = scores(rows)  # read once: every claim compares two of its rows
+    gates = premise(by, threshold, seed)
     needles = [t for t in NEEDLES if t in gates and gates[t].status == "holds"]
     why = "no needle task's premise holds: the full cache does not answer them, so no method can lose them"
     stated = [
@@ -114,7 +116,7 @@ def claims(rows: list[dict], threshold: float, seed: int = 0) -> list[Claim]:
     ]
     out = list(gates.values())
     for text, a, b, expected, test in stated:
-        c = _claim(text, rows, a, b, needles, expected, test, seed)
+        c = _claim(text, by, a, b, needles, expected, test, seed)
         out.append(c if needles else undecided(c, why))
     for regime, policies in table(rows).items():
         for policy, ratios in policies.items():

@@ -68,7 +68,7 @@ def _answers(cfg: LeaderboardConfig, model, tok, items: dict, ctx) -> list[dict]
                     a = answer(model, tok, item, policy, ratio, "prefill" if regime == "full" else regime,
                                chunk=cfg.chunk, max_new=cfg.max_new)
                     rows.append({"task": task, "length": length, "item": i, "regime": regime, "policy": policy,
-                                 "ratio": ratio, **{k: v for k, v in asdict(a).items()},
+                                 "ratio": ratio, **asdict(a),
                                  "tokens_per_s": a.tokens_per_s, "answers": list(item.answers)})
                     bar.update(1)
     return rows
@@ -81,17 +81,13 @@ def _answers(cfg: LeaderboardConfig, model, tok, items: dict, ctx) -> list[dict]
 def run_kv_leaderboard(cfg: LeaderboardConfig, ctx) -> Result:
     from attnlab.data.sources import read_corpus
     from attnlab.evals.inputs import load_model
-    from attnlab.evals.passkey import bos_ids
+    from attnlab.leaderboard.harness import token_count
     from attnlab.leaderboard.plots import leaderboard_figure
     from attnlab.leaderboard.tasks import haystack_from, make_items
 
     model, tok = load_model(cfg.model, ctx.device)
     hay = haystack_from(read_corpus(cfg.haystack, "haystack"))
-    bos = len(bos_ids(tok))
-
-    def count(text: str) -> int:
-        return bos + len(tok(text, add_special_tokens=False)["input_ids"])
-
+    count = token_count(tok)
     items = {(t, n): make_items(t, hay, count, n, cfg.n, cfg.seed) for t in cfg.tasks for n in cfg.lengths}
     rows = _answers(cfg, model, tok, items, ctx)
     board = table(rows)

@@ -17,7 +17,7 @@ from attnlab.evals.passkey import bos_ids
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
 from attnlab.leaderboard.regimes import in_regime, kept_tokens
-from attnlab.leaderboard.tasks import Item, score
+from attnlab.leaderboard.tasks import Count, Item, score
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,13 @@ class Answer:
     @property
     def tokens_per_s(self) -> float:
         return (self.new_tokens - 1) / self.decode_seconds if self.new_tokens > 1 and self.decode_seconds else 0.0
+
+
+def token_count(tok) -> Count:
+    """A text's length in ``tok``'s tokens as a prompt counts it (BOS, where the tokenizer has one, included): what
+    the tasks cut their prompts to."""
+    bos = len(bos_ids(tok))
+    return lambda text: bos + len(tok(text, add_special_tokens=False)["input_ids"])
 
 
 def ids_of(tok, item: Item) -> tuple[list[int], list[int]]:
