@@ -8,7 +8,16 @@ from typing import ClassVar
 from attnlab.accuracy.tasks import TASKS
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.methods.configured import KV_FLAGS, QUANT, ROPE_FLAGS, SPARSITY_FLAGS, configured, methods_option, older
+from attnlab.methods.configured import (
+    KV_FLAGS,
+    QUANT,
+    ROPE_FLAGS,
+    SPARSITY_FLAGS,
+    WEIGHTS_AND_ROPE,
+    configured,
+    methods_option,
+    older,
+)
 from attnlab.sparsity.registry import RULES
 
 
@@ -87,7 +96,7 @@ class AccuracyTable:
     chunk: int = option(32, "context tokens per forward while streaming through a policy")
     methods: tuple[str, ...] = methods_option()  # applied under every row: the table of an int8 model, say
 
-    METHOD_KINDS: ClassVar = ("weights", "rope")
+    METHOD_KINDS: ClassVar = WEIGHTS_AND_ROPE
     METHOD_WHY: ClassVar = ("the table's rows are its own KV policies and sparsity rules (--set policies=..., "
                             "rules=...); --method adds a weight scheme or RoPE scaling under every row")
 

@@ -89,6 +89,9 @@ def configured(cfg: Any, accepts: tuple[str, ...] | None = None, why: str | None
 
 
 NOT_KV = tuple(k for k in KINDS if k != "kv")
+# the kinds a command applies under what it compares itself (its KV caches and MLP rules): the model's weights
+# and positions
+WEIGHTS_AND_ROPE = ("weights", "rope")
 
 
 def enter_configured(cfg: Any, model, tokenizer, ctx) -> list[Method]:

@@ -8,12 +8,11 @@ from typing import ClassVar
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.methods.configured import QUANT, configured, methods_option
+from attnlab.methods.configured import QUANT, WEIGHTS_AND_ROPE, configured, methods_option
 from attnlab.sparsity.registry import RULES, rule_names
 
-# what a sparsity study measures its rules under: the weights and positions a method leaves the model with (its
-# windows are scored in one forward each, with no KV cache to evict from)
-UNDER = ("weights", "rope")
+# why a sparsity study takes only weight schemes and RoPE scalings (WEIGHTS_AND_ROPE): its windows are scored in
+# one forward each, with no KV cache to evict from, and its MLP rules are what it compares
 UNDER_WHY = ("it measures its own MLP rules in windows scored in one forward each (no KV cache): give a weight scheme "
              "or a RoPE scaling")
 CALIBRATED = ", ".join(rule_names(("calibration",)))  # the rules built from a calibration text
@@ -53,7 +52,7 @@ class SparsityRun:
     methods: tuple[str, ...] = methods_option()
 
     ALIASES: ClassVar = (QUANT,)
-    METHOD_KINDS: ClassVar = UNDER
+    METHOD_KINDS: ClassVar = WEIGHTS_AND_ROPE
     METHOD_WHY: ClassVar = "sparsity: " + UNDER_WHY + " (its rule is --rule, --keep)"
 
     def __post_init__(self):

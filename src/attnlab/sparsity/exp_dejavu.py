@@ -31,9 +31,9 @@ from typing import ClassVar
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import finding
 from attnlab.experiments.registry import Result, register
-from attnlab.methods.configured import configured, enter_configured, methods_option
+from attnlab.methods.configured import WEIGHTS_AND_ROPE, configured, enter_configured, methods_option
 from attnlab.models import arch
-from attnlab.sparsity.configs import UNDER, UNDER_WHY
+from attnlab.sparsity.configs import UNDER_WHY
 from attnlab.sparsity.dejavu_claims import dejavu_claims, middle
 from attnlab.sparsity.heads import SparseHeads
 from attnlab.sparsity.measure import load_texts, perplexity, sparse_perplexity
@@ -80,7 +80,7 @@ class DejaVuConfig:
 
     methods: tuple[str, ...] = methods_option()  # weights and RoPE methods the rules are measured under
 
-    METHOD_KINDS: ClassVar = UNDER
+    METHOD_KINDS: ClassVar = WEIGHTS_AND_ROPE
     METHOD_WHY: ClassVar = UNDER_WHY
 
     def __post_init__(self):

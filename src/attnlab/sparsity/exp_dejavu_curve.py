@@ -26,8 +26,8 @@ from typing import ClassVar
 from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import Claim, check, finding
 from attnlab.experiments.registry import Result, register
-from attnlab.methods.configured import configured, enter_configured, methods_option
-from attnlab.sparsity.configs import UNDER, UNDER_WHY
+from attnlab.methods.configured import WEIGHTS_AND_ROPE, configured, enter_configured, methods_option
+from attnlab.sparsity.configs import UNDER_WHY
 from attnlab.sparsity.curve import (
     check_checkpoints,
     doublings_to,
@@ -64,7 +64,7 @@ class DejaVuCurveConfig:
 
     methods: tuple[str, ...] = methods_option()  # weights and RoPE methods the rules are measured under
 
-    METHOD_KINDS: ClassVar = UNDER
+    METHOD_KINDS: ClassVar = WEIGHTS_AND_ROPE
     METHOD_WHY: ClassVar = UNDER_WHY
 
     def __post_init__(self):
