@@ -52,7 +52,7 @@ def kvpress_side(out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    spec = json.loads((out / "prompts.json").read_text())
+    spec = _read(out, "prompts.json", "prompts")
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32, attn_implementation="eager")
     kept: dict = {}
     for press_name in PAIRS:
@@ -90,7 +90,7 @@ def attnlab_side(out: Path) -> dict:
     from attnlab.kv.policies import make_policy
     from attnlab.leaderboard.regimes import in_regime, kept_tokens
 
-    spec, theirs = (json.loads((out / f).read_text()) for f in ("prompts.json", "kvpress.json"))
+    spec, theirs = _read(out, "prompts.json", "prompts"), _read(out, "kvpress.json", "kvpress")
     model, _ = load_model("smollm2")
     model.set_attn_implementation("eager")
     rows = {}
@@ -118,6 +118,15 @@ def attnlab_side(out: Path) -> dict:
         print(press_name, rows[press_name], file=sys.stderr)
     return {"kvpress": theirs["kvpress"], "kvpress_transformers": theirs["transformers"], "ratios": list(RATIOS),
             "prompts": len(spec["contexts"]), "prompt_tokens": [len(c) for c in spec["contexts"]], "pairs": rows}
+
+
+def _read(out: Path, name: str, side: str) -> dict:
+    """``out/name``, written by the ``side`` step; its absence is one line naming that step."""
+    if not (out / name).is_file():
+        print(f"kvpress_parity.py: error: {out / name} is missing: run the {side} side first "
+              f"(benchmarks/kvpress_parity.py {side} --out {out})", file=sys.stderr)
+        sys.exit(2)
+    return json.loads((out / name).read_text())
 
 
 def write(path: Path, data: dict) -> None:
