@@ -76,7 +76,8 @@ class PolicyCache(Cache):
             raise UsageError(f"unknown positions {positions!r}: choose original or rolling")
         if positions == "rolling" and policy.shares_budget():
             raise UsageError(f"{policy.describe()} shares a layer's budget over its heads, which keep masked slots "
-                             "that rolling positions cannot rank: use --positions original")
+                             "that rolling positions cannot rank: use positions original (`positions=original` in its "
+                             "--method)")
         rope = _rolling_rope(model) if positions == "rolling" else None
         n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
         # each layer evicts by its own share of the policy (PyramidKV spreads the budget; the others are one)
