@@ -93,3 +93,13 @@ def test_once_needs_a_policy_and_a_context_and_ratios_lie_in_0_1():
         in_regime(make_policy("h2o", 8), "stream", 100)
     assert kept_tokens(0.875, 100) == 12 and isinstance(in_regime(make_policy("h2o", 8), "decode", 100), type(
         make_policy("h2o", 8)))
+
+
+@pytest.mark.parametrize("regime", ["prefill", "decode"])
+@pytest.mark.parametrize("policy", [*SCORED, "adakv", "knorm", "sinks+h2o", "window"])
+def test_every_policy_answers_in_both_regimes_though_its_layers_store_different_counts(model, tok, policy, regime):
+    # Ada-KV's heads keep different counts, so its layers store different numbers of slots, and the model sizes
+    # one mask on layer 0's: the attention reads each new token's padding from that mask's last columns
+    context, _ = ids_of(tok, ITEM)
+    got = answer(model, tok, ITEM, policy, 0.75, regime, max_new=3, chunk=8, prefill_chunk=64)
+    assert 0 < got.kept_context <= len(context) and got.new_tokens == 3

@@ -27,13 +27,14 @@ ATTN_NAME = "attnlab_kv"
 BOUND: "weakref.WeakKeyDictionary[torch.nn.Module, Cache]" = weakref.WeakKeyDictionary()
 
 
-def _real_new_tokens(hf_mask: torch.Tensor | None, stored_before: int, q: int) -> torch.Tensor | None:
+def _real_new_tokens(hf_mask: torch.Tensor | None, q: int) -> torch.Tensor | None:
     """(B, q) bool: new token j is real iff the model's mask (B, 1, q, S) lets it see itself (column
-    ``stored_before + j``, see PolicyLayer.get_mask_sizes); None without a mask (no padding)."""
+    ``S - q + j``, see PolicyLayer.get_mask_sizes); None without a mask (no padding). The model sizes one mask
+    on layer 0's slots: a layer that stores more (Ada-KV's, PyramidKV's budgets) reads the same last q columns."""
     if hf_mask is None:
         return None
     j = torch.arange(q, device=hf_mask.device)
-    real = hf_mask[:, 0, j, stored_before + j]  # (B, q)
+    real = hf_mask[:, 0, j, hf_mask.shape[-1] - q + j]  # (B, q)
     return real if real.dtype == torch.bool else real == 0
 
 
@@ -48,7 +49,7 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     g = hq // hkv  # query heads per KV head
-    real = _real_new_tokens(attention_mask, layer.stored_before, q)
+    real = _real_new_tokens(attention_mask, q)
     if real is not None:
         layer.update_padding(real)
     mask = layer.visible()  # (B, Hkv, q, S) or None

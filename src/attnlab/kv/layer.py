@@ -40,7 +40,6 @@ class PolicyLayer(CacheLayerMixin):
         self._n = 0  # S, the slots stored: the first _n of each buffer
         self._new: torch.Tensor | int = 0  # the current step's new slots: (B, H, q) indices, or the first's index
         self._q = 0  # and how many
-        self.stored_before = 0  # S before the current step's update (the model's mask is sized on it)
 
     # -- CacheLayerMixin -------------------------------------------------------------------------
     def lazy_initialization(self, key_states, value_states):
@@ -130,7 +129,6 @@ class PolicyLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         b, h, q, _ = key_states.shape
-        self.stored_before = self.keys.shape[-2]
         cap = self.policy.capacity(self.seen)
         n_over = self.keys.shape[-2] - cap if cap is not None else 0
         # steady decoding: overwrite the evicted slot (heads that share a budget evict through _evict)
