@@ -1,7 +1,11 @@
 import os
 
-import pytest
-import torch
+# Triton (where installed) runs the sparse MLP's GPU kernels on CPU tensors, in its interpreter: set before
+# anything imports Triton, whose standard-library functions are compiled for the interpreter only then
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # No test downloads: a model not in the (test's) cache is refused, not fetched. The tests of fetching on

@@ -99,11 +99,17 @@ def test_changing_a_rendered_number_by_hand_is_caught():
     numeric = [m for m in PLACEHOLDER.finditer(text) if m.group(0) in table and "command" not in m.group(0)]
     assert len(numeric) >= 20, "the README table's numbers are rendered"
     rendered = render_text(text, ROOT)
-    for m in random.Random(0).sample(numeric, 10):
+    checked = 0
+    for m in random.Random(0).sample(numeric, len(numeric)):
         before, after = render_text(text[:m.start()] + "\x00" + text[m.end():], ROOT).split("\x00")
         shown = rendered[len(before):len(rendered) - len(after)]
         digits = [i for i, ch in enumerate(shown) if ch.isdigit()]
-        assert digits, f"{m.group(0)} renders no digit: {shown!r}"
+        if not digits:  # a word (a claim's status: "holds", "fails")
+            continue
+        checked += 1
+        if checked > 10:
+            break
         i = digits[-1]
         changed = shown[:i] + str((int(shown[i]) + 1) % 10) + shown[i + 1:]
         assert before + changed + after != rendered
+    assert checked > 10, "ten placeholders that render a number were changed"

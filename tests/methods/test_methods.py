@@ -73,7 +73,7 @@ def test_options_are_the_mechanisms_own_fields():
     ("h2o:budget", "write NAME:key=value"),
     ("h2o:budget=nan", "not NaN"),
     ("sinks:budget=64,positions=sideways", "choose original or rolling"),
-    ("cats:mode=fast", "choose mask or gather"),
+    ("cats:mode=fast", "choose mask, gather or kernel"),
 ])
 def test_bad_methods_are_one_line(spec, says):
     with pytest.raises(UsageError) as e:

@@ -11,8 +11,8 @@ from attnlab.methods.base import METHODS, Method, derived
 from attnlab.sparsity.registry import RULES, RuleInputs
 
 SHARED = [("keep", float, option(0.5, "share of the MLP's neurons kept per token", bounds="(0, 1]")),
-          ("mode", str, option("mask", "mask (zero the rest: measures) or gather (compute only the kept "
-                                       "neurons: saves time)"))]
+          ("mode", str, option("mask", "mask (zero the rest: measures), gather (compute only the kept "
+                                       "neurons: saves time) or kernel (gather, a GPU's decode step in Triton)"))]
 READS = {"nothing": [],
          "calibration": [("calibration", str, option("wikitext-2/valid.txt", "the text the rule calibrates on "
                                                                               "(never the evaluation text)")),
@@ -30,8 +30,8 @@ class SparsityMethod(Method):
     kind = "mlp"
 
     def check(self) -> None:
-        if self.mode not in ("mask", "gather"):
-            raise UsageError(f"--method {self.name}:mode={self.mode}: choose mask or gather")
+        if self.mode not in ("mask", "gather", "kernel"):
+            raise UsageError(f"--method {self.name}:mode={self.mode}: choose mask, gather or kernel")
 
     def rule(self, model, ctx):
         """The rule at ``keep``, built as its registry entry says (calibrated on the tokenizer's encoding of

@@ -14,8 +14,10 @@ TEAL's kept input channels likewise from transposed copies of W_gate/W_up. Equal
 summation order. "cached": as "gather", but the kept rows live in a per-layer active-set cache
 (``gather.ActiveSet``) that each step overwrites only the slots of the neurons leaving the set with those
 entering it (a static set is copied once), instead of copying every kept row every step. TEAL's input
-channels have no cache: with TEAL "cached" runs as "gather". One class per mode computes a layer
-(:mod:`attnlab.sparsity.mlp_layers`).
+channels have no cache: with TEAL "cached" runs as "gather". "kernel": as "gather", but a decode step (one
+token) on a GPU reads the kept rows in place through Triton kernels driven by the rule's mask, with no index
+list (:mod:`attnlab.sparsity.kernels`). One class per mode computes a layer (:mod:`attnlab.sparsity.mlp_layers`,
+:mod:`attnlab.sparsity.mlp_kernel`).
 
 How: the forward of each selected MLP module is replaced by an instance attribute on enter and deleted
 on exit (the class forward comes back; nothing else is touched, no hooks). OPT has no MLP module (its
@@ -39,7 +41,7 @@ from attnlab.sparsity.mlp_layers import CachedLayer, GatherLayer, MaskLayer, Spa
 from attnlab.sparsity.record import SparsityRecord  # noqa: F401  (re-exported: callers import it from here)
 from attnlab.sparsity.rules import NEEDS, Rule
 
-MODES = ("mask", "gather", "cached")
+MODES = ("mask", "gather", "cached", "kernel")
 # gather mode computes a step densely (each row's own dropped neurons still zeroed) when the union of its
 # rows' sets holds more than this share of the neurons: copying that many rows costs more than the dense
 # matmul saves (bench_sparse_mlp, one SmolLM2-sized layer read from memory: gathering half the rows is
@@ -80,7 +82,8 @@ class SparseMLP:
                  record: SparsityRecord | None = None):
         if mode not in MODES:
             raise UsageError(f"unknown sparse MLP mode {mode!r}: choose mask (measure), gather (compute only "
-                             "the kept neurons) or cached (gather from an active-set cache)")
+                             "the kept neurons), cached (gather from an active-set cache) or kernel (gather, with "
+                             "a decode step on a GPU in Triton kernels)")
         if getattr(rule, "needs", None) not in NEEDS:
             raise UsageError(f"{type(rule).__name__} is not a sparsity rule (its needs must be one of "
                              f"{', '.join(NEEDS)}): build one with attnlab.sparsity.rules.make_rule")
@@ -121,6 +124,10 @@ class SparseMLP:
             return MaskLayer(*args)
         if self.mode == "cached" and self.rule.needs != "x":
             return CachedLayer(*args)
+        if self.mode == "kernel":
+            from attnlab.sparsity.mlp_kernel import KernelLayer
+
+            return KernelLayer(*args, dense_above=DENSE_ABOVE)
         return GatherLayer(*args, dense_above=DENSE_ABOVE)  # read on enter: a test may set it
 
     def __exit__(self, *exc) -> None:
