@@ -39,6 +39,12 @@ def test_stream_writes_metrics_and_evicting_cache_holds_less(setup, tmp_path, ca
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 3 and all(": PPL " in ln and "tokens/s" in ln for ln in lines)
     assert lines[0].startswith("sinks(2)+window(budget=16): PPL") and "KV" in lines[0]
+    # the bandwidth ledger: the same weights, fewer KV bytes for the evicting cache; no cache read by recompute
+    sinks, dense = runs["sinks(2)+window(budget=16)"]["ledger"], runs["dense"]["ledger"]
+    assert sinks["weight_bytes"] == dense["weight_bytes"] and sinks["kv_bytes"] < dense["kv_bytes"]
+    assert sinks["roofline_tokens_per_s"] > dense["roofline_tokens_per_s"]
+    assert runs["recompute window 16"]["ledger"] is None
+    assert "roofline" in lines[0] and "yield" in lines[0]
 
 
 @pytest.mark.slow

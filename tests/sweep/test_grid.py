@@ -151,3 +151,16 @@ def test_every_sweep_example_resolves_to_cells(where):
         g = make_grid(exp.name, exp.config_cls, args.grid, parse_overrides(args.overrides), args.seeds, args.quick)
         for cell in g.cells():
             runner.resolve_config(exp, cell.overrides, None, g.quick)
+
+
+def test_the_kv_leaderboard_splits_into_cells_of_one_task_and_one_length_that_resolve():
+    """The leaderboard's full table is slow on a CPU: a sweep runs it one (task, length) cell at a time, each a
+    whole run (its full-cache control included), and a re-run resumes from the cells already done."""
+    from attnlab.experiments import runner
+
+    cells = grid("kv-leaderboard", ["tasks=niah_single;niah_multikey", "lengths=2048;4096"], {"n": "3"}).cells()
+    assert len(cells) == 4
+    cfgs = [runner.resolve_config(registry.get("kv-leaderboard"), c.overrides, None, False) for c in cells]
+    assert {(c.tasks, c.lengths) for c in cfgs} == {((t,), (n,)) for t in ("niah_single", "niah_multikey")
+                                                     for n in (2048, 4096)}
+    assert all(c.n == 3 and len(c.policies) == 8 for c in cfgs)

@@ -13,6 +13,7 @@ from attnlab.kv.configs import StreamRun
           demo=False)
 def run_stream(cfg: StreamRun, ctx) -> Result:
     """The policy's stream, the dense one and (on request) the recomputed window: NLL, bytes, speed."""
+    from attnlab.core.ledger import copy_bandwidth, ledger
     from attnlab.evals.inputs import load_model, text_ids, with_sink
     from attnlab.evals.streaming import recompute_nll, stream_nll
     from attnlab.kv.cache import PolicyCache, check_sink_slot
@@ -39,6 +40,10 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
         if cfg.recompute and isinstance(policy.budget, int):
             with ctx.progress(len(ids) - 1, "recompute") as bar:
                 runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
+        bandwidth = copy_bandwidth(ctx.device)  # measured here, beside the runs it sets the roofline of
+        shares = read_shares(model, methods)
+        lines = {k: ledger(model, r.tokens_per_s, sum(b for _, b in r.kv_bytes) / len(r.kv_bytes), bandwidth, shares)
+                 for k, r in runs.items() if r.kv_bytes}  # the recomputed window reads no cache: no line
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
     (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
@@ -46,19 +51,36 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
                "methods": [m.spec() for m in methods],
                "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
                             "kv_bytes_final": r.kv_bytes[-1][1] if r.kv_bytes else None,
-                            "kv_bytes_max": max(v for _, v in r.kv_bytes) if r.kv_bytes else None}
+                            "kv_bytes_max": max(v for _, v in r.kv_bytes) if r.kv_bytes else None,
+                            "ledger": lines.get(k)}
                         for k, r in runs.items()}}
     summary = "\n".join(f"- {line}" for line in result_lines(metrics["runs"]))
     return Result([], metrics, {"stream.png": "NLL per position (mean over 64-token windows), KV bytes stored and "
                                 "decode tokens/s along the stream, one line per cache"}, summary)
 
 
+def read_shares(model, methods) -> dict:
+    """The MLP projections a sparse MLP reads in part, at the share it keeps (mask mode reads them whole)."""
+    from attnlab.models import arch
+
+    shares = {}
+    for m in methods:
+        if m.kind == "mlp" and m.mode != "mask":
+            for i in range(arch.dims(model).n_layers):
+                mlp = arch.mlp(model, i)
+                shares.update({p: m.keep for p in (mlp.gate_proj, mlp.in_proj, mlp.out_proj) if p is not None})
+    return shares
+
+
 def result_lines(runs: dict) -> list[str]:
-    """One line per cache: PPL, tokens/s and the KV bytes it ended with."""
+    """One line per cache: PPL, tokens/s, the KV bytes it ended with and its bandwidth ledger."""
     lines = []
     for k, r in runs.items():
         kv = f", KV {r['kv_bytes_final'] / 2**20:.1f} MiB" if r["kv_bytes_final"] is not None else ""
-        lines.append(f"{k}: PPL {r['ppl']:.3f}, {r['tokens_per_s']:.1f} tokens/s{kv}")
+        led = r.get("ledger")
+        roof = (f"; {led['bytes_per_token'] / 2**20:.1f} MiB read a token, roofline {led['roofline_tokens_per_s']:.1f} "
+                f"tokens/s, yield {led['yield']:.0%}") if led else ""
+        lines.append(f"{k}: PPL {r['ppl']:.3f}, {r['tokens_per_s']:.1f} tokens/s{kv}{roof}")
     return lines
 
 
