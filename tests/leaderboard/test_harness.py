@@ -103,3 +103,16 @@ def test_every_policy_answers_in_both_regimes_though_its_layers_store_different_
     context, _ = ids_of(tok, ITEM)
     got = answer(model, tok, ITEM, policy, 0.75, regime, max_new=3, chunk=8, prefill_chunk=64)
     assert 0 < got.kept_context <= len(context) and got.new_tokens == 3
+
+
+@pytest.mark.parametrize("policy", [*SCORED, "adakv", "knorm"])
+def test_one_prefill_serves_every_ratio_exactly_as_a_prefill_per_ratio(model, tok, policy):
+    from attnlab.leaderboard.harness import answers_once
+
+    ratios = (0.25, 0.5, 0.875)
+    shared = answers_once(model, tok, ITEM, policy, ratios, max_new=4, prefill_chunk=64)
+    for ratio, got in zip(ratios, shared):
+        alone = answer(model, tok, ITEM, policy, ratio, "prefill", max_new=4, prefill_chunk=64)
+        assert (got.prediction, got.kept_context, got.kv_bytes) == (alone.prediction, alone.kept_context,
+                                                                    alone.kv_bytes)
+    assert len({a.kept_context for a in shared}) == len(ratios)  # the ratios kept different counts

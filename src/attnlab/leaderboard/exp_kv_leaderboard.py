@@ -57,20 +57,32 @@ class LeaderboardConfig:
 
 
 def _answers(cfg: LeaderboardConfig, model, tok, items: dict, ctx) -> list[dict]:
-    from attnlab.leaderboard.harness import answer
+    """Every item answered by the full cache, then by each policy at each ratio in each regime. In the prefill
+    regime one prefill per item and policy serves all its ratios (``answers_once``): nothing is evicted until
+    the context is in, so the ratios differ only from the compression on."""
+    from attnlab.leaderboard.harness import answer, answers_once
 
-    runs = [("full", "full", 0.0)] + [(g, p, r) for g in cfg.regimes for p in cfg.policies for r in cfg.ratios]
+    per_item = 1 + len(cfg.regimes) * len(cfg.policies) * len(cfg.ratios)
     rows = []
-    with ctx.progress(sum(map(len, items.values())) * len(runs), "answers") as bar:
+    with ctx.progress(sum(map(len, items.values())) * per_item, "answers") as bar:
         for (task, length), its in items.items():
             for i, item in enumerate(its):
-                for regime, policy, ratio in runs:
-                    a = answer(model, tok, item, policy, ratio, "prefill" if regime == "full" else regime,
-                               chunk=cfg.chunk, max_new=cfg.max_new)
+                def add(regime: str, policy: str, ratio: float, a) -> None:
                     rows.append({"task": task, "length": length, "item": i, "regime": regime, "policy": policy,
-                                 "ratio": ratio, **asdict(a),
-                                 "tokens_per_s": a.tokens_per_s, "answers": list(item.answers)})
+                                 "ratio": ratio, **asdict(a), "tokens_per_s": a.tokens_per_s,
+                                 "answers": list(item.answers)})
                     bar.update(1)
+
+                add("full", "full", 0.0, answer(model, tok, item, "full", 0.0, "prefill", max_new=cfg.max_new))
+                for regime in cfg.regimes:
+                    for policy in cfg.policies:
+                        if regime == "prefill":
+                            got = answers_once(model, tok, item, policy, cfg.ratios, max_new=cfg.max_new)
+                        else:
+                            got = [answer(model, tok, item, policy, r, regime, chunk=cfg.chunk, max_new=cfg.max_new)
+                                   for r in cfg.ratios]
+                        for r, a in zip(cfg.ratios, got):
+                            add(regime, policy, r, a)
     return rows
 
 

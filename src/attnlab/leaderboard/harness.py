@@ -54,25 +54,58 @@ def answer(model, tok, item: Item, policy: str, ratio: float, regime: str, optio
     """``item`` answered with ``policy`` (a registered name, with ``options``) keeping ``1 - ratio`` of the
     context, in ``regime``."""
     context, question = ids_of(tok, item)
-    n = len(context)
+    cache = _cache(model, policy, ratio, regime, len(context), options)
+    with cache:
+        _feed(model, cache, context, prefill_chunk if regime == "prefill" else chunk)
+        return _finish(model, tok, item, cache, question, len(context), max_new)
+
+
+@torch.no_grad()
+def answers_once(model, tok, item: Item, policy: str, ratios: tuple[float, ...], options: dict | None = None,
+                 prefill_chunk: int = 1024, max_new: int = 32) -> list[Answer]:
+    """``item`` answered in the prefill regime at each of ``ratios`` from one prefill of its context: nothing is
+    evicted while the context comes in and the scores fold as at any budget, so every ratio's cache starts from
+    a copy of that one state, compresses once as the question arrives, and answers (as :func:`answer` does,
+    exactly: a test)."""
+    context, question = ids_of(tok, item)
+    state, out = None, []
+    for ratio in ratios:
+        cache = _cache(model, policy, ratio, "prefill", len(context), options)
+        with cache:
+            if state is None:
+                _feed(model, cache, context, prefill_chunk)
+                state = [layer.state_dict() for layer in cache.layers]  # contiguous copies: each ratio clones them
+            else:
+                for layer, saved in zip(cache.layers, state):
+                    layer.load_state_dict(saved)
+            out.append(_finish(model, tok, item, cache, question, len(context), max_new))
+    return out
+
+
+def _cache(model, policy: str, ratio: float, regime: str, n: int, options: dict | None) -> PolicyCache:
     # both regimes hold k context tokens and the question when the answer begins (a cache evicts down to its
     # budget before it stores a step's tokens); in the decode regime the answer's tokens then evict
     budget = None if policy == "full" else kept_tokens(ratio, n)
-    cache = PolicyCache(model, in_regime(make_policy(policy, budget, **(options or {})), regime, n), "original")
+    return PolicyCache(model, in_regime(make_policy(policy, budget, **(options or {})), regime, n), "original")
+
+
+def _feed(model, cache: PolicyCache, context: list[int], step: int) -> None:
     device = next(model.parameters()).device
-    step = prefill_chunk if regime == "prefill" else chunk
-    with cache:
-        for start in range(0, n, step):
-            model(torch.tensor([context[start:start + step]], device=device), past_key_values=cache,
-                  logits_to_keep=1)
-        out = model(torch.tensor([question], device=device), past_key_values=cache, logits_to_keep=1)
-        kept = int(cache.kept_mask(0, n)[0, 0].sum())
-        kv_bytes = cache.kv_bytes()
-        new = [int(out.logits[0, -1].argmax())]
-        began = time.perf_counter()
-        while len(new) < max_new and new[-1] != tok.eos_token_id:
-            out = model(torch.tensor([new[-1:]], device=device), past_key_values=cache, logits_to_keep=1)
-            new.append(int(out.logits[0, -1].argmax()))
-        seconds = time.perf_counter() - began
+    for start in range(0, len(context), step):
+        model(torch.tensor([context[start:start + step]], device=device), past_key_values=cache, logits_to_keep=1)
+
+
+def _finish(model, tok, item: Item, cache: PolicyCache, question: list[int], n: int, max_new: int) -> Answer:
+    """The question in one forward, then up to ``max_new`` greedy tokens (timed after the first), scored."""
+    device = next(model.parameters()).device
+    out = model(torch.tensor([question], device=device), past_key_values=cache, logits_to_keep=1)
+    kept = int(cache.kept_mask(0, n)[0, 0].sum())
+    kv_bytes = cache.kv_bytes()
+    new = [int(out.logits[0, -1].argmax())]
+    began = time.perf_counter()
+    while len(new) < max_new and new[-1] != tok.eos_token_id:
+        out = model(torch.tensor([new[-1:]], device=device), past_key_values=cache, logits_to_keep=1)
+        new.append(int(out.logits[0, -1].argmax()))
+    seconds = time.perf_counter() - began
     prediction = tok.decode(new, skip_special_tokens=True)
     return Answer(prediction, score(item, prediction), n, kept, kv_bytes, len(new), seconds)
