@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     add_out(ap)
     args = ap.parse_args(argv)
     with recorded(args.out, figures := {}), tempfile.TemporaryDirectory() as tmp:
+        figures["tokens"] = args.tokens
         rows = figures["rows"] = []
         for i, (name, methods) in enumerate(CONFIGS):
             runs = run(name, methods, args, Path(tmp) / str(i), dense=i == 0)

