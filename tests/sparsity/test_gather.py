@@ -78,3 +78,12 @@ def test_scratch_copies_the_rows_into_one_reused_buffer():
     assert torch.equal(b, w.detach()[[0, 9]]) and scratch.buf.data_ptr() == ptr  # no new allocation
     c = scratch.rows(big, torch.arange(15))
     assert torch.equal(c, big[:15]) and scratch.buf.numel() >= big.numel()  # grown once for the larger weight
+
+
+def test_an_empty_row_set_gives_zeros_plus_the_bias_at_batch_1_and_more():
+    # TEAL keeps no channel of h when every entry is below its threshold: embedding_bag refused the empty bag
+    from attnlab.sparsity.gather import rows_matmul
+
+    w_t, bias, rows = torch.randn(5, 3), torch.randn(3), torch.zeros(0, dtype=torch.long)
+    for n in (1, 4):
+        torch.testing.assert_close(rows_matmul(torch.zeros(n, 0), w_t, rows, bias), bias.expand(n, 3))

@@ -84,6 +84,8 @@ def rows_matmul(v_u: torch.Tensor, w_t, rows: torch.Tensor, bias, scratch: Scrat
     A quantized ``w_t`` (a scheme's ``weights.Columns``): its own product over those rows."""
     if not isinstance(w_t, torch.Tensor):
         out = w_t.rows_product(v_u, rows)  # (N, o)
+    elif rows.numel() == 0:  # nothing kept (every unit below its threshold): the product is 0
+        out = v_u.new_zeros(v_u.shape[0], w_t.shape[1])  # (N, o); embedding_bag refuses an empty bag
     elif v_u.shape[0] == 1:
         out = F.embedding_bag(rows[None], w_t, per_sample_weights=v_u, mode="sum")  # (1, o)
     else:
