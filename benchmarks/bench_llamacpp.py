@@ -114,6 +114,9 @@ def main(argv=None) -> int:
     if args.step == "gguf":
         make_ggufs(args.dir, args.llama_cpp)
         return 0
+    missing = [n for n in ("F32", "BF16", "Q8_0", "Q4_1") if not (args.dir / f"{n}.gguf").exists()]
+    if missing:
+        ap.error(f"--dir {args.dir}: no {', '.join(m + '.gguf' for m in missing)}; make them first with the gguf step")
     torch.set_num_threads(2)
     from attnlab.evals.inputs import text_ids
     from attnlab.models.pretrained import load_model_and_tokenizer
