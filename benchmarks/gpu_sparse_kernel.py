@@ -25,7 +25,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from attnlab.sparsity import kernels
+try:
+    from attnlab.sparsity import kernels
+except ImportError as e:  # Triton ships with PyTorch's CUDA wheels on Linux; a CPU-only install may lack it
+    print(f"gpu_sparse_kernel.py: {e}: it needs Triton (install PyTorch's CUDA build, or `pip install triton` and "
+          "set TRITON_INTERPRET=1 to run it on a CPU)", file=sys.stderr)
+    sys.exit(2)
 from attnlab.sparsity.mlp import SparseMLP
 from attnlab.sparsity.rules import TEAL, Static, magnitude_threshold
 

@@ -61,6 +61,30 @@ def test_common_words_are_the_most_common_and_frequent_words_the_most_frequent(h
     assert [w for w, _ in ranked[:3]] == list(fwe.answers) and ranked[2][1] > ranked[3][1]  # no tie at the third
 
 
+def test_passkey_is_the_protocols_prompt_and_reading(hay):
+    from attnlab.evals.passkey_text import FILLER, INSTRUCTION, QUESTION
+
+    (item,) = make_items("passkey", hay, words, 600, n=1)
+    (key,) = item.answers
+    assert item.context.startswith(INSTRUCTION) and item.question == QUESTION
+    assert f"The pass key is {key}. Remember it. {key} is the pass key." in item.context
+    assert item.context.replace(f" The pass key is {key}. Remember it. {key} is the pass key.", "") == \
+        INSTRUCTION + FILLER * item.context.count("The grass is green")  # nothing else: filler and the key
+    assert score(item, f" {key}. The") == 1.0 and score(item, "9 then " + key) == 0.0  # the first integer only
+    assert score(item, f" {int(key) + 1}") == 0.0
+
+
+def test_mqar_lists_every_pair_before_the_gap_and_asks_some(hay):
+    (item,) = make_items("mqar", hay, words, 600, n=1, pairs=6, queries=3)
+    block = item.context.split(" key-value pairs: ")[1].split(". Memorize")[0]
+    pairs = dict(p.split() for p in block.split(", "))
+    asked = item.question.split("values of ")[1].split(" in the pairs")[0].split(", ")
+    assert len(pairs) == 6 and len(asked) == 3 and item.answers == tuple(pairs[k] for k in asked)
+    assert all(item.context.count(v) == 1 for v in pairs.values())  # the haystack hides no second copy
+    with pytest.raises(UsageError, match="queries=7 out of pairs=6"):
+        make_items("mqar", hay, words, 600, n=1, pairs=6, queries=7)
+
+
 def test_scoring_is_rulers_string_match():
     item = Item("niah_multivalue", "c", "q", ("1234567", "7654321"))
     assert score(item, "they are 1234567 and 7654321.") == 1.0

@@ -16,7 +16,6 @@ is wrapped around it by the caller: ``with ScaledRope(model, s): passkey_grid(mo
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass
 
@@ -25,13 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from attnlab.core.errors import ConfigError, UsageError
-
-INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
-               "I will quiz you about the important information there.")
-FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-KEY_SENTENCE = " The pass key is {key}. Remember it. {key} is the pass key."
-QUESTION = " What is the pass key? The pass key is"
-KEY_RANGE = (1, 50000)
+from attnlab.evals.passkey_text import FILLER, INSTRUCTION, KEY_RANGE, KEY_SENTENCE, QUESTION, answer_of
 
 
 @dataclass(frozen=True)
@@ -102,12 +95,6 @@ class PasskeyPrompts:
         return self.head + body + self.question
 
 
-FIRST_INT = re.compile(r"\d+")
-
-
-def answer_of(text: str) -> int | None:
-    m = FIRST_INT.search(text)
-    return int(m.group()) if m else None
 
 
 def estimate_bytes(config, length: int) -> int:

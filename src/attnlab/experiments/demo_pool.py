@@ -29,7 +29,8 @@ from attnlab.experiments.report import DemoRun, Skipped
 QUICK_SECONDS = {
     "accuracy-table": 181, "h2o-ppl": 127, "streaming-ppl": 75, "scansnap-fig6": 58, "joma-wikitext": 49,
     "dejavu": 42, "contextual-sparsity": 39, "streameval": 39, "joma-hierarchy-controls": 37,
-    "recall-under-eviction": 26, "dejavu-relu": 21, "probes": 21, "scansnap-fig7": 21, "joma-hierarchy": 16,
+    "kv-leaderboard": 30, "recall-under-eviction": 26,
+    "dejavu-relu": 21, "probes": 21, "scansnap-fig7": 21, "joma-hierarchy": 16,
     "quant-agreement": 14, "joma-invariants": 14, "dejavu-curve": 13,
 }
 UNLISTED_SECONDS = 5

@@ -89,7 +89,7 @@ def _answers(cfg: LeaderboardConfig, model, tok, items: dict, ctx) -> list[dict]
 @register("kv-leaderboard", "the field's KV policies on RULER-style tasks at kvpress's compression ratios, "
           "compressing the context once (kvpress's regime) and while decoding", LeaderboardConfig,
           quick={"tasks": ("niah_single",), "lengths": (512,), "n": 2, "ratios": (0.5,),
-                 "policies": ("sinks", "snapkv"), "max_new": 12}, demo=False)
+                 "policies": ("sinks", "snapkv"), "max_new": 12}, demo=True)
 def run_kv_leaderboard(cfg: LeaderboardConfig, ctx) -> Result:
     from attnlab.data.sources import read_corpus
     from attnlab.evals.inputs import load_model

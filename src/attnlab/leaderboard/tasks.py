@@ -12,9 +12,15 @@ The tasks, as RULER defines them (its four categories but question answering):
 - aggregation: ``cwe``, common words (the ``common`` words repeated most often in a numbered list of words),
   and ``fwe``, frequent words (the three most frequent coded words of a Zipf-distributed text).
 
+attnlab's own two retrieval tests join them: ``passkey`` (the PI / YaRN protocol of :mod:`attnlab.evals.passkey`:
+one key in repeated filler, read as the continuation's first integer) and ``mqar`` (multi-query associative recall,
+Arora et al. 2023, in words: every key-value pair in one block right after the instruction, the haystack as the
+gap, then the queries: recall at the longest distance the prompt allows).
+
 An item is a ``context`` (the instruction, the haystack and what is hidden in it: what a KV method compresses)
 and a ``question`` after it (kept whole), with its ``answers``; :func:`score` matches them as RULER does, each
-answer a case-insensitive substring of the prediction: the share found (``all``) or whether any is (``part``).
+answer a case-insensitive substring of the prediction: the share found (``all``) or whether any is (``part``);
+``passkey`` reads its answer as that protocol does (``first``: the first integer equals the key).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from typing import Callable
 
 from attnlab.core.errors import UsageError
 from attnlab.core.registry import Registry
+from attnlab.evals.passkey_text import FILLER, INSTRUCTION, KEY_RANGE, KEY_SENTENCE, QUESTION, answer_of
 
 Count = Callable[[str], int]  # a text's length in the model's tokens
 
@@ -37,7 +44,7 @@ class Item:
     context: str  # instruction + haystack with what is hidden in it: what a KV method may compress
     question: str  # asked after the context, ending where the answer starts
     answers: tuple[str, ...]
-    match: str = "all"  # "all": the share of answers found; "part": 1 if any is found
+    match: str = "all"  # "all": the share of answers found; "part": 1 if any is found; "first": the first integer
 
     @property
     def prompt(self) -> str:
@@ -45,7 +52,10 @@ class Item:
 
 
 def score(item: Item, prediction: str) -> float:
-    """RULER's string match: each answer a case-insensitive substring of the prediction."""
+    """RULER's string match: each answer a case-insensitive substring of the prediction (the passkey protocol's
+    ``first``: the prediction's first integer is the answer)."""
+    if item.match == "first":
+        return float(str(answer_of(prediction)) == item.answers[0])
     found = [a.lower() in prediction.lower() for a in item.answers]
     return sum(found) / len(found) if item.match == "all" else float(any(found))
 
@@ -199,6 +209,43 @@ def frequent_words(rng: random.Random, hay: Haystack, count: Count, length: int,
     lo = most(lambda n: count(head + " ".join(draws[:n]) + question) <= length, 1, len(draws))
     top = [w for w, _ in Counter(draws[:lo]).most_common(3)]
     return Item("fwe", head + " ".join(draws[:lo]), question, tuple(top))
+
+
+@TASKS.register("passkey")
+def passkey(rng: random.Random, hay: Haystack, count: Count, length: int) -> Item:
+    """The passkey protocol: the key sentence at a random depth of the filler repeated to ``length`` tokens (the
+    haystack is not read: the protocol's filler is the point, a text that says nothing)."""
+    key = str(rng.randint(*KEY_RANGE))
+    depth = rng.random()
+
+    def build(n: int) -> str:
+        at = round(depth * n)
+        return INSTRUCTION + FILLER * at + KEY_SENTENCE.format(key=key) + FILLER * (n - at)
+
+    n = most(lambda n: count(build(n) + QUESTION) <= length, 0, 2 * length // max(1, count(FILLER) - 1) + 1)
+    if count(build(n) + QUESTION) > length:
+        raise UsageError(f"length {length}: the passkey instruction, key and question alone take more tokens; give "
+                         "a longer length")
+    return Item("passkey", build(n), QUESTION, (key,), match="first")
+
+
+@TASKS.register("mqar")
+def mqar(rng: random.Random, hay: Haystack, count: Count, length: int, pairs: int = 8, queries: int = 2) -> Item:
+    """``pairs`` key words with a 4-digit value each, listed together right after the instruction; the haystack
+    fills the rest; the question asks for ``queries`` of them (MQAR's layout: pairs, gap, queries)."""
+    if not 1 <= queries <= pairs:
+        raise UsageError(f"mqar: queries={queries} out of pairs={pairs}: give 1 <= queries <= pairs")
+    keys = rng.sample(hay.words, pairs)
+    values = [str(v) for v in rng.sample(range(1000, 10_000), pairs)]
+    block = ", ".join(f"{k} {v}" for k, v in zip(keys, values))
+    head = (f"Here are {pairs} key-value pairs: {block}. Memorize them: a long text follows, then you will be asked "
+            "for the values of some keys.\n")
+    asked = rng.sample(range(pairs), queries)
+    names = ", ".join(keys[i] for i in asked)
+    question = (f"\nWhat is the value of {names} in the pairs above? The value of {names} is" if queries == 1 else
+                f"\nWhat are the values of {names} in the pairs above? The values of {names} are")
+    return Item("mqar", fit(rng, hay, [], head, question, count, length), question,
+                tuple(values[i] for i in asked))
 
 
 def make_items(task: str, hay: Haystack, count: Count, length: int, n: int, seed: int = 0, **options) -> list[Item]:
