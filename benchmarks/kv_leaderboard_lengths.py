@@ -4,29 +4,33 @@
         --out benchmarks/results/kv-leaderboard-lengths
 
 The run's own table and costs pool every length; this reads its per-answer rows (metrics.json ``answers``)
-and keeps them apart: for each length, regime, policy and ratio, the mean score over the items (and n), the
-mean decode tokens/s while answering, and the mean KV MiB when the answer began. Nothing is re-run.
+and keeps them apart: for each length, regime, policy and ratio, the leaderboard's mean score (over the tasks;
+n answers), its mean decode tokens/s while answering and KV MiB when the answer began. Nothing is re-run.
 """
 from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
+from collections import Counter
+
+from attnlab.leaderboard.board import costs, table
 
 from host import add_out, existing_folder, parser, recorded  # benchmarks/host.py
 
 
 def by_length(rows: list[dict]) -> dict:
-    """length -> regime -> policy -> ratio -> {score, n, tokens_per_s, kv_mib}."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
-        groups[(r["length"], r["regime"], r["policy"], f"{r['ratio']:g}")].append(r)
+    """length -> regime -> policy -> ratio -> {score, n, tokens_per_s, kv_mib}: the leaderboard's own table
+    (its mean score over the tasks) and costs, over each length's answers alone."""
     out: dict = {}
-    for (length, regime, policy, ratio), rs in sorted(groups.items()):
-        out.setdefault(str(length), {}).setdefault(regime, {}).setdefault(policy, {})[ratio] = {
-            "score": sum(r["score"] for r in rs) / len(rs), "n": len(rs),
-            "tokens_per_s": sum(r["tokens_per_s"] for r in rs) / len(rs),
-            "kv_mib": sum(r["kv_bytes"] for r in rs) / len(rs) / 2**20}
+    for length in sorted({r["length"] for r in rows}):
+        rs = [r for r in rows if r["length"] == length]
+        scored, n = table(rs), Counter((r["regime"], r["policy"], f"{r['ratio']:g}") for r in rs)
+        for regime, policies in costs(rs).items():
+            for policy, ratios in policies.items():
+                for ratio, c in ratios.items():
+                    out.setdefault(str(length), {}).setdefault(regime, {}).setdefault(policy, {})[ratio] = {
+                        "score": scored[regime][policy][ratio]["average"], "n": n[regime, policy, ratio],
+                        "tokens_per_s": c["tokens_per_s"], "kv_mib": c["kv_bytes"] / 2**20}
     return out
 
 

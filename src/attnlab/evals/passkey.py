@@ -95,8 +95,6 @@ class PasskeyPrompts:
         return self.head + body + self.question
 
 
-
-
 def estimate_bytes(config, length: int) -> int:
     """Rough peak memory of one float32 prefill of ``length`` tokens: the KV cache plus the largest
     activations alive at once (SDPA does not materialise the T×T map)."""
