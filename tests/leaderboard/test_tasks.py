@@ -98,6 +98,10 @@ def test_bad_input_is_one_line(hay):
         make_items("niah_singel", hay, words, 600, n=1)
     with pytest.raises(UsageError, match="give a longer length"):
         make_items("niah_multiquery", hay, words, 40, n=1)
+    with pytest.raises(UsageError, match="task 'mqar' takes no option 'needles' \\(its options: pairs, queries\\)"):
+        make_items("mqar", hay, words, 600, n=1, needles=3)
+    with pytest.raises(UsageError, match="task 'passkey' takes no option 'hops' \\(it takes none\\)"):
+        make_items("passkey", hay, words, 600, n=1, hops=3)
     with pytest.raises(UsageError, match="at least 2 sentences"):
         Haystack(("one.",))
     with pytest.raises(UsageError, match="at least 40"):

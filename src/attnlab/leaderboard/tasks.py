@@ -24,6 +24,7 @@ answer a case-insensitive substring of the prediction: the share found (``all``)
 """
 from __future__ import annotations
 
+import inspect
 import random
 import re
 from collections import Counter
@@ -251,4 +252,8 @@ def mqar(rng: random.Random, hay: Haystack, count: Count, length: int, pairs: in
 def make_items(task: str, hay: Haystack, count: Count, length: int, n: int, seed: int = 0, **options) -> list[Item]:
     """``n`` items of ``task`` of at most ``length`` tokens each; item i drawn from seed (seed, task, length, i)."""
     make = TASKS.get(task)
+    takes = list(inspect.signature(make).parameters)[4:]  # after (rng, hay, count, length): the task's options
+    if unknown := [k for k in options if k not in takes]:
+        raise UsageError(f"task {task!r} takes no option {unknown[0]!r} ("
+                         + (f"its options: {', '.join(takes)})" if takes else "it takes none)"))
     return [make(random.Random(f"{seed}/{task}/{length}/{i}"), hay, count, length, **options) for i in range(n)]
