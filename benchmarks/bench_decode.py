@@ -100,15 +100,16 @@ def _run_or_say(name: str, build, tok, batch: int, prompt: torch.Tensor) -> Run 
         return None
 
 
-def chain(model, scheme: str | None, batch: int):
+def chain(model, scheme: str | None, batch: int, dtype: torch.dtype = torch.float32):
     """One step's projections alone (x random; the shapes and bytes are the model's) under a weight scheme (None:
-    fp32): a callable."""
+    the float weights, cast to ``dtype``): a callable."""
     projs = projections(model)
     xs = [torch.randn(batch, arch.weight(p).shape[1]) for p in projs]
     if scheme:
         ws = [SCHEMES.get(scheme).quantize(arch.weight(p)) for p in projs]
         return lambda: [w.linear(x) for x, w in zip(xs, ws)]
-    ws = [arch.weight(p).detach() for p in projs]
+    xs = [x.to(dtype) for x in xs]
+    ws = [arch.weight(p).detach().to(dtype) for p in projs]
     return lambda: [F.linear(x, w) for x, w in zip(xs, ws)]
 
 

@@ -59,14 +59,30 @@ def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
     config = json.loads((out / "config.json").read_text())
     # the older --policy/--budget are read as the method they spell: config.json holds it, no per-method field
     assert config == {"experiment": "stream", "model": str(model), "text": str(text), "tokens": 40, "chunk": 1,
-                      "recompute": False, "dense": False, "methods": ["window:budget=8,positions=rolling"],
-                      "device": "cpu"}
+                      "recompute": False, "dense": False, "compile": False,
+                      "methods": ["window:budget=8,positions=rolling"], "device": "cpu"}
     m = json.loads((out / "metrics.json").read_text())
     assert m["experiment"] == "stream" and m["claims"] == [] and m["claim_counts"]["holds"] == 0
     assert m["command"].startswith("attnlab stream --model") and list(m["runs"]) == ["window(budget=8)"]
     report = (out / "report.md").read_text()
     assert report.startswith("# stream") and m["command"] in report and "window(budget=8): PPL" in report
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.slow
+def test_stream_compiled_reads_the_same_text_as_the_eager_full_cache(setup, tmp_path):
+    """--compile adds the full cache through a static cache and a compiled step: the same NLL token by token
+    as the eager full cache, and its ledger reads the whole static cache."""
+    model, text = setup
+    out = tmp_path / "run"
+    assert main(["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--method", "full",
+                 "--compile", "--no-dense", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    nll = json.loads((out / "nll.json").read_text())
+    assert list(m["runs"]) == ["full", "full, compiled"] and m["compile_s"] > 0
+    np.testing.assert_allclose(nll["full, compiled"], nll["full"], rtol=1e-4, atol=1e-4)
+    full, compiled = m["runs"]["full"]["ledger"], m["runs"]["full, compiled"]["ledger"]
+    assert compiled["weight_bytes"] == full["weight_bytes"] and compiled["kv_bytes"] > full["kv_bytes"]
 
 
 @pytest.mark.slow
@@ -96,6 +112,8 @@ def test_stream_into_an_out_that_cannot_be_replaced(setup, tmp_path, capsys, mon
     (["--method", "h2o:budget=0.2,recnt=3"], "did you mean 'recent'"),
     (["--method", "window:budget=8", "--method", "sinks:budget=8"], "one KV-cache policy at a time"),
     (["--method", "yarn:factor=0"], "need factor >= 1"),
+    (["--compile", "--chunk", "4"], "drop --chunk 4"),
+    (["--compile", "--method", "yarn:factor=2"], "weight schemes only"),
 ])
 def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, message):
     model, text = setup

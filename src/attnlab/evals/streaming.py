@@ -77,6 +77,27 @@ def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -
 
 
 @torch.no_grad()
+def decoder_nll(decoder, ids: torch.Tensor, progress=None) -> StreamResult:
+    """The protocol of ``stream_nll(chunk=1)`` through a decoder that keeps its own cache (``prefill(ids)`` and
+    ``step(token)``, each -> (1, V) logits of the next position: attnlab.models.compiled.CompiledDecode).
+    The first token is its prefill; its KV bytes, the decoder's ``kv_bytes()`` (a static cache's are constant)."""
+    t_total = ids.numel()
+    nll = torch.empty(t_total - 1)
+    clock = []
+    t0 = time.perf_counter()
+    logits = decoder.prefill(ids[None, :1])
+    for t in range(t_total - 1):
+        nll[t] = -F.log_softmax(logits[0].float(), -1)[ids[t + 1]]
+        clock.append((t + 1, time.perf_counter() - t0))
+        if progress is not None:
+            progress.update(1)
+        if t + 2 < t_total:
+            logits = decoder.step(ids[None, t + 1:t + 2])
+    seconds, kv_bytes = time.perf_counter() - t0, decoder.kv_bytes()
+    return StreamResult(nll.double().numpy(), seconds, [(t, kv_bytes) for t, _ in clock], clock)
+
+
+@torch.no_grad()
 def recompute_nll(model, ids: torch.Tensor, window: int, positions: range | None = None,
                   progress=None) -> StreamResult:
     """Sliding window with re-computation: the NLL of token t+1 from a fresh forward over the

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
 from attnlab.experiments.config import check_fields
 from attnlab.methods.configured import KV_FLAGS, QUANT, configured, methods_option, older
@@ -21,6 +22,8 @@ class StreamRun:
     recompute: bool = option(False, "also run the sliding window with re-computation at the same budget "
                              "(slow: O(T x budget))")
     dense: bool = option(True, "skip the dense baseline")
+    compile: bool = option(False, "also stream the full cache through a static cache with the decode step "
+                           "compiled once (torch.compile; needs a C++ compiler): same NLL, how much faster")
     methods: tuple[str, ...] = methods_option()
 
     # the KV cache it streams through when --method names none: StreamingLLM's 4 sinks + 252 recent, rolling
@@ -31,6 +34,8 @@ class StreamRun:
     def __post_init__(self):
         check_fields(self)  # each option's bounds, NaN and infinity refused (the command line checked them already)
         self.methods_applied()  # an unknown method, an impossible budget, two of a kind: refused before any work
+        if self.compile:
+            self.check_compile()
 
     def methods_applied(self) -> list:
         """The methods this run applies: ``--method``'s (the older ``--policy ...`` among them), with the sinks
@@ -39,3 +44,11 @@ class StreamRun:
 
     def make_policy(self):
         return next(m for m in self.methods_applied() if m.kind == "kv").policy()
+
+    def check_compile(self) -> None:
+        """--compile streams the full cache one token a forward, under weight schemes only: a static graph holds
+        neither an evicting cache's changing shape nor a sparse MLP's data-dependent gather."""
+        if self.chunk != 1:
+            raise UsageError(f"--compile decodes one token a forward: drop --chunk {self.chunk}")
+        if other := [m.spec() for m in self.methods_applied() if m.kind not in ("kv", "weights")]:
+            raise UsageError(f"--compile runs under weight schemes only (--method int8); drop --method {other[0]}")

@@ -1,0 +1,124 @@
+"""A decode step captured once: transformers' StaticCache and ``torch.compile`` of the one-token forward.
+
+    dec = CompiledDecode(model, max_len=T + steps)   # weights as they are: fp32, bf16, QuantizedWeights inside
+    logits = dec.prefill(ids)                        # ids (1, T) -> (1, vocab) at the last position, eager
+    logits = dec.step(token)                         # token (1, 1) -> (1, vocab), the compiled graph
+
+Why: at batch 1 on a CPU an eager step of transformers' Llama is hundreds of small operations dispatched from
+Python around the weight reads (norms, rotary, the cache's concatenations, the int8 kernel's dtype casts);
+with a cache of fixed shape the whole step is one graph, and inductor fuses the small operations into a few
+loops and keeps the matrix products as calls to the same kernels (``benchmarks/bench_llamacpp.py`` measures
+what it pays against llama.cpp). The graph is compiled on the first step (tens of seconds for a 30-layer
+model on 2 cores) and reused while shapes hold: the cache's length is fixed at ``max_len``.
+
+The full cache only: a KV policy changes the cache's contents' shape step by step, which one static graph
+cannot hold. The same tokens in, the same logits out as the eager DynamicCache decode, to float rounding
+(tests/models/test_compiled.py).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import torch
+from torch import nn
+from transformers import AttentionInterface, StaticCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from attnlab.core.errors import UsageError
+
+ATTN_NAME = "attnlab_grouped"
+
+
+def grouped_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """One new token's attention over a static cache, query (B, Hq, 1, D), key/value (B, Hkv, S, D), the mask
+    (B, 1, 1, S) bool; -> (B, 1, Hq, D). Why not SDPA: with a mask (a static cache needs one) transformers
+    repeats each KV head for its group of query heads, a copy of the whole cache every layer every step, and
+    SDPA takes its math path. Here a group's heads stack into one matmul against their shared KV head.
+    Longer queries (the prefill) are SDPA's."""
+    b, hq, q, d = query.shape
+    if q > 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    hkv, s = key.shape[1], key.shape[2]
+    qg = query.reshape(b, hkv, hq // hkv, d)  # (B, Hkv, g, D): head h reads KV head h // g
+    logits = (qg @ key.transpose(-1, -2)) * scaling  # (B, Hkv, g, S)
+    if attention_mask is not None:
+        logits = logits.masked_fill(~attention_mask.view(b, 1, 1, s), float("-inf"))
+    out = torch.softmax(logits, dim=-1) @ value  # (B, Hkv, g, D)
+    return out.reshape(b, 1, hq, d), None
+
+
+def register() -> None:
+    """Make ``attnlab_grouped`` an attention implementation transformers knows (idempotent)."""
+    if ATTN_NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTN_NAME, grouped_attention)
+        AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+class CompiledDecode:
+    """Greedy-ready decode of one sequence (batch 1) through a static cache of ``max_len`` positions."""
+
+    def __init__(self, model: nn.Module, max_len: int):
+        if next(model.parameters()).device.type == "cpu":
+            require_compiler()
+        register()
+        self.model, self.max_len = model, max_len
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self.pos = 0
+        self._step = torch.compile(self._forward, dynamic=False)
+
+    @torch.no_grad()
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """ids (1, n), pos (n,) their positions -> (1, vocab) logits at the last one; the model's attention is
+        grouped_attention for the call only (the model outside is as it was)."""
+        config = self.model.config
+        before, config._attn_implementation = config._attn_implementation, ATTN_NAME
+        try:
+            out = self.model(ids, past_key_values=self.cache, cache_position=pos, position_ids=pos[None],
+                             logits_to_keep=1, use_cache=True)
+        finally:
+            config._attn_implementation = before
+        return out.logits[:, -1]
+
+    def _positions(self, n: int) -> torch.Tensor:
+        if self.pos + n > self.max_len:
+            raise UsageError(f"the static cache holds {self.max_len} positions and {self.pos + n} were asked: "
+                             "give CompiledDecode a larger max_len")
+        pos = torch.arange(self.pos, self.pos + n)
+        self.pos += n
+        return pos
+
+    def prefill(self, ids: torch.Tensor) -> torch.Tensor:
+        """Start the sequence afresh: ids (1, T) -> (1, vocab) logits at position T - 1 (eager: one call of
+        its own shape would cost a compile of its own)."""
+        self.cache.reset()
+        self.pos = 0
+        return self._forward(ids, self._positions(ids.shape[1]))
+
+    def warm(self, ids: torch.Tensor) -> float:
+        """Compile the step now, on ids (1, >= 2): the seconds it took (a timed decode after it times no
+        compile)."""
+        t0 = time.perf_counter()
+        self.prefill(ids[:, :1])
+        self.step(ids[:, 1:2])
+        return time.perf_counter() - t0
+
+    def kv_bytes(self) -> int:
+        """Bytes of the static cache: all of it is allocated, and each step's attention reads all of it."""
+        return sum(t.nbytes for layer in self.cache.layers for t in (layer.keys, layer.values) if t is not None)
+
+    @torch.no_grad()  # one grad mode at every call: a change is a guard failure, a second compile
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """token (1, 1) -> (1, vocab) logits for the next position, through the compiled graph."""
+        return self._step(token, self._positions(1))
+
+
+def require_compiler() -> None:
+    """A UsageError unless a C++ compiler is on PATH: inductor builds the CPU step's loops with one."""
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "clang++", "c++"]
+    if not any(shutil.which(n) for n in names):
+        raise UsageError("compiling the decode step needs a C++ compiler (g++ or clang++ on PATH, or CXX set): "
+                         "install one, or decode without compiling")

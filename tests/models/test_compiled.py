@@ -1,0 +1,102 @@
+"""CompiledDecode: the compiled static-cache step writes the eager DynamicCache decode's logits."""
+import numpy as np
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from transformers import DynamicCache
+
+from attnlab.core.errors import UsageError
+from attnlab.evals.streaming import decoder_nll, stream_nll
+from attnlab.models import compiled
+from attnlab.models.compiled import CompiledDecode
+from attnlab.quant.transform import QuantizedWeights
+from tiny_models import random_ids, tiny
+
+
+@torch.no_grad()
+def eager_greedy(model, ids, steps):
+    """The eager decode: DynamicCache, one token a step; (the greedy tokens, their logits)."""
+    cache, logits = DynamicCache(config=model.config), []
+    out = model(ids[None], past_key_values=cache).logits[:, -1]
+    for _ in range(steps):
+        logits.append(out)
+        out = model(out.argmax(-1, keepdim=True), past_key_values=cache).logits[:, -1]
+    return [int(x.argmax()) for x in logits], torch.cat(logits)
+
+
+def compiled_greedy(dec, ids, steps):
+    logits, out = [], dec.prefill(ids[None])
+    for _ in range(steps):
+        logits.append(out)
+        out = dec.step(out.argmax(-1, keepdim=True))
+    return [int(x.argmax()) for x in logits], torch.cat(logits)
+
+
+@pytest.mark.parametrize("quant", [None, "int8"])
+def test_compiled_step_writes_the_eager_logits(quant):
+    model = tiny("llama", hidden_size=64, intermediate_size=128)  # int8's kernel wants K a multiple of 16
+    ids, steps = random_ids(12, seed=3), 10
+    with QuantizedWeights(model, quant) if quant else torch.no_grad():
+        want_tokens, want = eager_greedy(model, ids, steps)
+        dec = CompiledDecode(model, max_len=ids.numel() + steps)
+        got_tokens, got = compiled_greedy(dec, ids, steps)
+        assert got_tokens == want_tokens
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        # a second sequence through the same graph: the cache starts afresh, no stale positions read
+        again_tokens, again = compiled_greedy(dec, ids, steps)
+    assert again_tokens == want_tokens
+    torch.testing.assert_close(again, got)
+
+
+def test_decoder_nll_is_the_streamed_nll():
+    """evals.streaming.decoder_nll through CompiledDecode scores each token as stream_nll does one a step."""
+    model, ids = tiny("llama"), random_ids(24, seed=5)
+    want = stream_nll(model, ids, None, chunk=1)
+    dec = CompiledDecode(model, max_len=ids.numel())
+    dec.warm(ids[None])  # under grad mode: the decode below (no grad) must reuse this graph, not compile again
+    graphs = counters["stats"]["unique_graphs"]
+    got = decoder_nll(dec, ids)
+    assert counters["stats"]["unique_graphs"] == graphs
+    np.testing.assert_allclose(got.nll, want.nll, rtol=1e-5, atol=1e-5)
+    assert dec.kv_bytes() == 2 * 2 * ids.numel() * (2 * 8) * 4  # layers x (K, V) x T x (kv heads x head dim) x fp32
+    assert [b for _, b in got.kv_bytes] == [dec.kv_bytes()] * (ids.numel() - 1)
+
+
+def test_past_the_static_cache_is_one_usage_error():
+    model = tiny("llama")
+    dec = CompiledDecode(model, max_len=4)
+    with pytest.raises(UsageError, match="larger max_len"):
+        dec.prefill(random_ids(5)[None])
+
+
+def test_no_compiler_is_one_usage_error(monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
+    with pytest.raises(UsageError, match="C\\+\\+ compiler"):
+        CompiledDecode(tiny("llama"), max_len=8)
+
+
+def test_grouped_attention_is_sdpa_over_repeated_heads():
+    """One query token, a masked static cache: the grouped matmul equals SDPA over each KV head repeated for
+    its group (what transformers does with a mask), head by head."""
+    from attnlab.models.compiled import grouped_attention
+
+    g = torch.Generator().manual_seed(0)
+    b, hq, hkv, s, d = 2, 6, 2, 10, 8
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for h, n in ((hq, 1), (hkv, s), (hkv, s)))
+    mask = torch.rand(b, 1, 1, s, generator=g) > 0.3
+    mask[..., 0] = True  # every row sees one slot at least
+    got, _ = grouped_attention(None, q, k, v, mask, scaling=d ** -0.5)
+    rep = hq // hkv
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=mask, scale=d ** -0.5)
+    torch.testing.assert_close(got, want.transpose(1, 2), rtol=1e-5, atol=1e-6)
+
+
+def test_the_model_outside_the_step_keeps_its_attention():
+    model = tiny("llama")
+    before = model.config._attn_implementation
+    dec = CompiledDecode(model, max_len=8)
+    dec.prefill(random_ids(3)[None])
+    dec.step(torch.tensor([[1]]))
+    assert model.config._attn_implementation == before
