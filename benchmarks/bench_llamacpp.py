@@ -18,6 +18,10 @@ its models three ways: eager as ``attnlab stream`` does (transformers' Llama, Dy
 (attnlab.models.compiled: a static cache and the step compiled once, before the turns); and its ceiling, the
 step's projections alone through the same kernels (a step with nothing else in it). 2 torch threads;
 llama.cpp with ``n_threads=2``. Medians over the repeats; the ratios are taken within this one run.
+
+Each row's bandwidth ledger (attnlab.core.ledger): the bytes a step reads (attnlab: its weights at their
+stored bytes and its cache, the static one whole; llama.cpp: its GGUF file and an f16 cache), the roofline
+tokens/s at the copy bandwidth measured in the same run, and the yield, measured over roofline.
 """
 from __future__ import annotations
 
@@ -59,6 +63,16 @@ def make_ggufs(folder: Path, vendor: Path) -> None:
                        env={"PYTHONPATH": str(vendor / "gguf-py"), "PATH": "/usr/bin:/bin"})
 
 
+def kv_per_position(model, element_size: int | None = None) -> int:
+    """Bytes one cached position holds across the layers (keys and values) at the model's dtype, or
+    ``element_size`` bytes an element."""
+    from attnlab.models import arch
+
+    d = arch.dims(model)
+    size = element_size or next(model.parameters()).element_size()
+    return d.n_layers * 2 * d.n_kv_heads * d.head_dim * size
+
+
 class Attnlab:
     """attnlab's decode as ``attnlab stream`` runs it: transformers' Llama, a DynamicCache, eager."""
 
@@ -73,6 +87,12 @@ class Attnlab:
         if "bf16" in name:
             self.model.to(torch.bfloat16)
         self.scheme = QuantizedWeights(self.model, "int8").__enter__() if "int8" in name else None
+
+    def bytes_per_token(self) -> tuple[int, float]:
+        """(weight bytes, KV bytes) one decode step reads: the cache's mean over the timed steps."""
+        from attnlab.core.ledger import weight_bytes
+
+        return weight_bytes(self.model), kv_per_position(self.model) * (PROMPT + STEPS / 2)
 
     @torch.no_grad()
     def decode(self) -> tuple[float, list[int]]:
@@ -98,6 +118,10 @@ class Compiled:
         t0 = time.perf_counter()
         self.decode()
         self.compile_s = time.perf_counter() - t0
+        self.weights = eager.bytes_per_token()[0]
+
+    def bytes_per_token(self) -> tuple[int, float]:
+        return self.weights, self.dec.kv_bytes()  # the static cache: every position read every step
 
     def decode(self) -> tuple[float, list[int]]:
         logits = self.dec.prefill(self.prompt)
@@ -118,6 +142,10 @@ class Projections:
         self.name, self.eager = f"{eager.name} projections alone", eager.name
         dtype = next(eager.model.parameters()).dtype
         self.chain = chain(eager.model, "int8" if eager.scheme else None, 1, dtype)
+        self.weights = eager.bytes_per_token()[0]
+
+    def bytes_per_token(self) -> tuple[int, float]:
+        return self.weights, 0  # the products alone: no cache
 
     def decode(self) -> tuple[float, None]:
         t0 = time.perf_counter()
@@ -127,12 +155,18 @@ class Projections:
 
 
 class LlamaCpp:
-    def __init__(self, name: str, path: Path, prompt: list[int]):
+    def __init__(self, name: str, path: Path, prompt: list[int], kv_f16: int):
         import llama_cpp
 
-        self.name, self.prompt = name, prompt
+        self.name, self.prompt, self.kv_f16 = name, prompt, kv_f16
         self.llm = llama_cpp.Llama(str(path), n_threads=2, n_threads_batch=2, n_ctx=PROMPT + STEPS + 16,
                                    n_batch=PROMPT, verbose=False)
+        self.file_bytes = path.stat().st_size
+
+    def bytes_per_token(self) -> tuple[int, float]:
+        """(the GGUF's bytes: its weights and a tokenizer's MB or two, KV bytes: llama.cpp's default f16
+        cache at the mean position of the timed steps)."""
+        return self.file_bytes, self.kv_f16 * (PROMPT + STEPS / 2)
 
     def decode(self) -> tuple[float, list[int]]:
         self.llm.reset()
@@ -146,10 +180,12 @@ class LlamaCpp:
         return (STEPS - 1) / (time.perf_counter() - t0), new
 
 
-def report(figures: dict, sides: list, speeds: dict, tokens: dict) -> None:
+def report(figures: dict, sides: list, speeds: dict, tokens: dict, bandwidth: float) -> None:
     """The table (printed and into ``figures``) and the goal: attnlab int8, eager or compiled, >= 0.8x llama.cpp
     Q8_0; beside it the ceiling, the int8 projections alone (what a step with nothing else in it would run)."""
-    print("| configuration | tokens/s | x attnlab fp32 | x llama.cpp Q8_0 |\n|---|---|---|---|")
+    print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + written, measured after the turns)\n")
+    print("| configuration | tokens/s | x attnlab fp32 | x llama.cpp Q8_0 | MiB a token | roofline | yield |\n"
+          "|---|---|---|---|---|---|---|")
     med = {k: statistics.median(v) for k, v in speeds.items()}
     rows = figures["rows"] = []
     for s in sides:
@@ -159,7 +195,11 @@ def report(figures: dict, sides: list, speeds: dict, tokens: dict) -> None:
                      "same_tokens_as_fp32": None if own is None else own == tokens["attnlab fp32"]})
         if isinstance(s, Compiled):  # the compiled step writes its eager twin's tokens
             rows[-1] |= {"same_tokens_as_eager": own == tokens[s.eager], "compile_s": s.compile_s}
-        print(f"| {s.name} | {v:.1f} | {v / med['attnlab fp32']:.2f} | {v / med['llama.cpp Q8_0']:.2f} |")
+        w, kv = s.bytes_per_token()
+        led = rows[-1]["ledger"] = {"weight_bytes": w, "kv_bytes": kv, "bytes_per_token": w + kv,
+                                    "roofline_tokens_per_s": bandwidth / (w + kv), "yield": v * (w + kv) / bandwidth}
+        print(f"| {s.name} | {v:.1f} | {v / med['attnlab fp32']:.2f} | {v / med['llama.cpp Q8_0']:.2f} | "
+              f"{(w + kv) / 2**20:.1f} | {led['roofline_tokens_per_s']:.0f} | {led['yield']:.0%} |")
     best = max(("attnlab int8", "attnlab int8 compiled"), key=med.get)
     goal, ceiling = med[best] / med["llama.cpp Q8_0"], med["attnlab int8 projections alone"] / med["llama.cpp Q8_0"]
     figures["goal"] = {"best": best, "int8_x_q8_0": goal, "goal": 0.8, "met": goal >= 0.8,
@@ -184,6 +224,7 @@ def main(argv=None) -> int:
     if missing:
         ap.error(f"--dir {args.dir}: no {', '.join(m + '.gguf' for m in missing)}; make them first with the gguf step")
     torch.set_num_threads(2)
+    from attnlab.core.ledger import copy_bandwidth
     from attnlab.evals.inputs import text_ids
     from attnlab.models.pretrained import load_model_and_tokenizer
 
@@ -191,7 +232,9 @@ def main(argv=None) -> int:
     prompt = text_ids(tok, "kjv", PROMPT, "--text").tolist()
     eager = [Attnlab(n, prompt) for n in ("attnlab fp32", "attnlab bf16", "attnlab int8")]
     sides = eager + [Compiled(e) for e in eager] + [Projections(e) for e in eager]
-    sides += [LlamaCpp(f"llama.cpp {n}", args.dir / f"{n}.gguf", prompt) for n in ("F32", "BF16", "Q8_0", "Q4_1")]
+    kv_f16 = kv_per_position(eager[0].model, 2)  # a position's f16 keys and values, llama.cpp's default cache
+    sides += [LlamaCpp(f"llama.cpp {n}", args.dir / f"{n}.gguf", prompt, kv_f16)
+              for n in ("F32", "BF16", "Q8_0", "Q4_1")]
     with recorded(args.out, figures := {}):
         speeds, tokens = {s.name: [] for s in sides}, {}
         for _ in range(args.repeats):
@@ -200,7 +243,8 @@ def main(argv=None) -> int:
                 speeds[s.name].append(tps)
         print(f"# {machine()}; SmolLM2-135M, batch 1, {PROMPT} prompt ids then {STEPS} greedy tokens, "
               f"{args.repeats} turns each; decode tokens/s (median)\n")
-        report(figures, sides, speeds, tokens)
+        figures["bandwidth_bytes_per_s"] = bandwidth = copy_bandwidth()
+        report(figures, sides, speeds, tokens, bandwidth)
     return 0
 
 

@@ -12,6 +12,7 @@ HF = {"transformers", "tokenizers", "datasets", "huggingface_hub", "safetensors"
 ADAPTERS = {
     "models/arch.py", "models/causal_lm.py", "models/pretrained.py", "models/tokenizer.py", "models/trace.py",
     "models/cli.py", "models/fetch.py", "models/known.py", "models/variants.py", "evals/passkey.py", "data/hub.py",
+    "models/compiled.py",  # the decode step compiled over transformers' StaticCache
     "kv/cache.py", "kv/layer.py", "kv/attention.py",  # the Cache, its layers and the attention that reads them
     "sparsity/predictor_store.py",  # saves Deja Vu's predictors as safetensors (the format, not transformers)
     "sparsity/speed.py",  # times greedy decode through transformers' DynamicCache

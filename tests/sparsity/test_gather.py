@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnlab.quant.schemes import SCHEMES
 from attnlab.sparsity.gather import ActiveSet
 
 
@@ -87,3 +88,14 @@ def test_an_empty_row_set_gives_zeros_plus_the_bias_at_batch_1_and_more():
     w_t, bias, rows = torch.randn(5, 3), torch.randn(3), torch.zeros(0, dtype=torch.long)
     for n in (1, 4):
         torch.testing.assert_close(rows_matmul(torch.zeros(n, 0), w_t, rows, bias), bias.expand(n, 3))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES.names())
+def test_a_quantized_weight_read_by_no_input_unit_gives_zeros_plus_the_bias(scheme):
+    # the same empty set through a weight scheme's Columns (its own product, not embedding_bag)
+    from attnlab.sparsity.gather import rows_matmul
+
+    w = SCHEMES.get(scheme).quantize(torch.randn(8, 64))
+    bias, rows = torch.randn(8), torch.zeros(0, dtype=torch.long)
+    for n in (1, 4):
+        torch.testing.assert_close(rows_matmul(torch.zeros(n, 0), w.columns(), rows, bias), bias.expand(n, 8))

@@ -1,0 +1,48 @@
+"""benchmarks/bench_llamacpp.py's table without llama.cpp or SmolLM2: the ratios, the goal against its ceiling,
+and each row's bandwidth ledger, from sides that report fixed speeds and bytes."""
+import pytest
+
+from tiny_models import tiny
+
+
+@pytest.fixture
+def bench(load_benchmark):
+    return load_benchmark("bench_llamacpp")
+
+
+def test_a_position_holds_every_layers_keys_and_values(bench):
+    model = tiny("llama")  # 2 layers, 2 KV heads of 8, fp32
+    assert bench.kv_per_position(model) == 2 * 2 * 2 * 8 * 4
+    assert bench.kv_per_position(model, 2) == 2 * 2 * 2 * 8 * 2
+
+
+class Side:
+    def __init__(self, name, nbytes):
+        self.name, self.nbytes = name, nbytes
+
+    def bytes_per_token(self):
+        return self.nbytes
+
+
+def test_the_table_its_goal_and_ledger(bench, capsys):
+    names = {"attnlab fp32": (400, 100), "attnlab int8": (100, 100), "attnlab int8 compiled": (100, 300),
+             "attnlab int8 projections alone": (100, 0), "llama.cpp Q8_0": (110, 50)}
+    speeds = {"attnlab fp32": [10, 11, 9], "attnlab int8": [20], "attnlab int8 compiled": [30],
+              "attnlab int8 projections alone": [35], "llama.cpp Q8_0": [50]}
+    sides = [Side(n, b) for n, b in names.items()]
+    tokens = {n: [1, 2] for n in names} | {"attnlab int8 projections alone": None, "attnlab int8": [1, 3]}
+    figures = {}
+    bench.report(figures, sides, speeds, tokens, bandwidth=10_000.0)
+    rows = {r["config"]: r for r in figures["rows"]}
+    assert rows["attnlab fp32"]["tokens_per_s"] == 10 and rows["attnlab int8"]["x_attnlab_fp32"] == 2
+    assert rows["attnlab int8"]["same_tokens_as_fp32"] is False
+    assert rows["attnlab int8 projections alone"]["same_tokens_as_fp32"] is None
+    # the goal is the faster int8, against Q8_0; the ceiling, the products alone
+    assert figures["goal"]["best"] == "attnlab int8 compiled"
+    assert figures["goal"]["int8_x_q8_0"] == pytest.approx(0.6) and not figures["goal"]["met"]
+    assert figures["goal"]["projections_alone_x_q8_0"] == pytest.approx(0.7) and not figures["goal"]["reachable"]
+    # the ledger: bytes a token = weights + KV; yield = tokens/s over bandwidth / bytes
+    led = rows["attnlab int8 compiled"]["ledger"]
+    assert led["bytes_per_token"] == 400 and led["roofline_tokens_per_s"] == 25 and led["yield"] == pytest.approx(1.2)
+    assert rows["llama.cpp Q8_0"]["ledger"]["yield"] == pytest.approx(50 * 160 / 10_000)
+    assert "goal >= 0.8x not met" in capsys.readouterr().out
