@@ -159,6 +159,13 @@ def test_attnlab_train_llama_checkpoint_loads_with_transformers_and_generates(co
     assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "Before we proceed",
                      "--max-new-tokens", "6"]) == 0
     assert capsys.readouterr().out == tok.decode(gen[0]) + "\n"  # the command is greedy generate
+    assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "Before we proceed",
+                     "--max-new-tokens", "6", "--compile"]) == 0
+    said = capsys.readouterr()
+    assert said.out == tok.decode(gen[0]) + "\n"  # the compiled step writes the same greedy tokens
+    assert "compiled the decode step in" in said.err and "tokens/s" in said.err
+    assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "x", "--temperature", "0.5",
+                     "--compile"]) == 2
     assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "All:", "--temperature", "0.9",
                      "--top-k", "5", "--max-new-tokens", "4", "--seed", "3"]) == 0
     assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "x", "--max-new-tokens", "0"]) == 2

@@ -57,6 +57,8 @@ def test_decoder_nll_is_the_streamed_nll():
     graphs = counters["stats"]["unique_graphs"]
     got = decoder_nll(dec, ids)
     assert counters["stats"]["unique_graphs"] == graphs
+    dec.greedy(ids[None, :8], 4)  # fresh token tensors, not slices of ids: other strides, the same graph
+    assert counters["stats"]["unique_graphs"] == graphs
     np.testing.assert_allclose(got.nll, want.nll, rtol=1e-5, atol=1e-5)
     assert dec.kv_bytes() == 2 * 2 * ids.numel() * (2 * 8) * 4  # layers x (K, V) x T x (kv heads x head dim) x fp32
     assert [b for _, b in got.kv_bytes] == [dec.kv_bytes()] * (ids.numel() - 1)

@@ -68,6 +68,7 @@ class CompiledDecode:
         self.model, self.max_len = model, max_len
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.pos = 0
+        self._token = torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device)
         self._step = torch.compile(self._forward, dynamic=False)
 
     @torch.no_grad()
@@ -99,11 +100,11 @@ class CompiledDecode:
         return self._forward(ids, self._positions(ids.shape[1]))
 
     def warm(self, ids: torch.Tensor) -> float:
-        """Compile the step now, on ids (1, >= 2): the seconds it took (a timed decode after it times no
-        compile)."""
+        """Compile the step now, on ids (1, >= 1) (its first token, twice): the seconds it took (a timed decode
+        after it times no compile; its prefill starts afresh)."""
         t0 = time.perf_counter()
         self.prefill(ids[:, :1])
-        self.step(ids[:, 1:2])
+        self.step(ids[:, :1])
         return time.perf_counter() - t0
 
     def kv_bytes(self) -> int:
@@ -113,7 +114,17 @@ class CompiledDecode:
     @torch.no_grad()  # one grad mode at every call: a change is a guard failure, a second compile
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """token (1, 1) -> (1, vocab) logits for the next position, through the compiled graph."""
-        return self._step(token, self._positions(1))
+        # into one buffer: a token sliced from a prompt has the prompt's strides, a guard failure (a recompile)
+        self._token.copy_(token.view(1, 1))
+        return self._step(self._token, self._positions(1))
+
+
+    def greedy(self, ids: torch.Tensor, max_new: int, eos: set[int] = frozenset()) -> torch.Tensor:
+        """ids (1, T) -> (1, n) greedy tokens, n <= max_new: stops after an ``eos`` token, as generate does."""
+        new = [int(self.prefill(ids)[0].argmax())]
+        while len(new) < max_new and new[-1] not in eos:
+            new.append(int(self.step(torch.tensor([new[-1:]]))[0].argmax()))
+        return torch.tensor([new])
 
 
 def require_compiler() -> None:
