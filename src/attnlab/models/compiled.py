@@ -118,7 +118,6 @@ class CompiledDecode:
         self._token.copy_(token.view(1, 1))
         return self._step(self._token, self._positions(1))
 
-
     def greedy(self, ids: torch.Tensor, max_new: int, eos: set[int] = frozenset()) -> torch.Tensor:
         """ids (1, T) -> (1, n) greedy tokens, n <= max_new: stops after an ``eos`` token, as generate does."""
         new = [int(self.prefill(ids)[0].argmax())]
