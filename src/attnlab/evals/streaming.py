@@ -79,10 +79,11 @@ def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -
 @torch.no_grad()
 def decoder_nll(decoder, ids: torch.Tensor, progress=None) -> StreamResult:
     """The protocol of ``stream_nll(chunk=1)`` through a decoder that keeps its own cache (``prefill(ids)`` and
-    ``step(token)``, each -> (1, V) logits of the next position: attnlab.models.compiled.CompiledDecode).
+    ``step(token)``, each -> (1, V) logits of the next position: attnlab.models.compiled.CompiledDecode); ids
+    (T,) on the decoder's device.
     The first token is its prefill; its KV bytes, the decoder's ``kv_bytes()`` (a static cache's are constant)."""
     t_total = ids.numel()
-    nll = torch.empty(t_total - 1)
+    nll = torch.empty(t_total - 1, device=ids.device)  # on the ids' (the decoder's) device, as stream_nll's
     clock = []
     t0 = time.perf_counter()
     logits = decoder.prefill(ids[None, :1])
@@ -94,7 +95,7 @@ def decoder_nll(decoder, ids: torch.Tensor, progress=None) -> StreamResult:
         if t + 2 < t_total:
             logits = decoder.step(ids[None, t + 1:t + 2])
     seconds, kv_bytes = time.perf_counter() - t0, decoder.kv_bytes()
-    return StreamResult(nll.double().numpy(), seconds, [(t, kv_bytes) for t, _ in clock], clock)
+    return StreamResult(nll.double().cpu().numpy(), seconds, [(t, kv_bytes) for t, _ in clock], clock)
 
 
 @torch.no_grad()

@@ -37,6 +37,7 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
         if cfg.dense:
             with ctx.progress(len(ids) - 1, "dense") as bar:
                 runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), 256, bar)
+        compile_s = None
         if cfg.compile:
             runs["full, compiled"], compile_s = compiled_run(model, ids, ctx)
         if cfg.recompute and isinstance(policy.budget, int):
@@ -49,7 +50,7 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
     (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
-               "positions": kv.positions, "chunk": cfg.chunk, "compile_s": compile_s if cfg.compile else None,
+               "positions": kv.positions, "chunk": cfg.chunk, "compile_s": compile_s,
                "methods": [m.spec() for m in methods],
                "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
                             "kv_bytes_final": r.kv_bytes[-1][1] if r.kv_bytes else None,
@@ -67,9 +68,10 @@ def compiled_run(model, ids, ctx):
     from attnlab.evals.streaming import decoder_nll
     from attnlab.models.compiled import CompiledDecode
 
+    ids = ids.to(model.device)
     dec = CompiledDecode(model, max_len=len(ids))
     with ctx.progress(1, "compiling the decode step (once)") as bar:  # tens of seconds: 30 layers, 2 cores
-        compile_s = dec.warm(ids[None].to(model.device))
+        compile_s = dec.warm(ids[None])
         bar.update(1)
     with ctx.progress(len(ids) - 1, "full, compiled") as bar:
         return decoder_nll(dec, ids, bar), compile_s

@@ -62,13 +62,14 @@ class CompiledDecode:
     """Greedy-ready decode of one sequence (batch 1) through a static cache of ``max_len`` positions."""
 
     def __init__(self, model: nn.Module, max_len: int):
-        if next(model.parameters()).device.type == "cpu":
+        self.device = next(model.parameters()).device
+        if self.device.type == "cpu":
             require_compiler()
         register()
         self.model, self.max_len = model, max_len
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.pos = 0
-        self._token = torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device)
+        self._token = torch.zeros(1, 1, dtype=torch.long, device=self.device)
         self._step = torch.compile(self._forward, dynamic=False)
 
     @torch.no_grad()
@@ -88,7 +89,7 @@ class CompiledDecode:
         if self.pos + n > self.max_len:
             raise UsageError(f"the static cache holds {self.max_len} positions and {self.pos + n} were asked: "
                              "give CompiledDecode a larger max_len")
-        pos = torch.arange(self.pos, self.pos + n)
+        pos = torch.arange(self.pos, self.pos + n, device=self.device)  # the cache's write positions: its device
         self.pos += n
         return pos
 
