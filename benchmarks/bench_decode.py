@@ -18,6 +18,11 @@ be faster than its int8 chain (an int4 step: its int4 chain), so the ceiling of 
 c = fp32 step / that chain, and each configuration's speed-up s is also given as the share of the available
 gain, (s - 1)/(c - 1).
 
+Each row's bandwidth ledger (attnlab.core.ledger): the bytes a step reads -- weights at their stored bytes (a
+sparse MLP's projections at the share it keeps), the KV cache as it stood after the last timed step (all batch
+rows), a predictor's weights -- the roofline tokens/s at the copy bandwidth measured in the same run, and the
+yield, measured over roofline.
+
     python benchmarks/bench_decode.py --out benchmarks/results/bench-decode
 """
 from __future__ import annotations
@@ -31,6 +36,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from attnlab.core.errors import UsageError
+from attnlab.core.ledger import copy_bandwidth, weight_bytes
 from attnlab.evals.inputs import text_ids
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
@@ -47,13 +53,15 @@ MODEL = "smollm2"
 
 
 class Run:
-    """One configuration: its own model copy with its methods entered, its cache, its step times."""
+    """One configuration: its own model copy with its methods entered, its cache, its step times. ``build``
+    enters the methods and may set ``shares`` (projections read in part) and ``extra_bytes`` for the ledger."""
 
     def __init__(self, name: str, build, tok, batch: int, prompt: torch.Tensor, cache=None):
         self.name, self.times = name, []
+        self.shares, self.extra_bytes = {}, 0
         self.model, _ = load_model_and_tokenizer(MODEL)
         self.stack = contextlib.ExitStack()
-        build(self.model, self.stack, tok)
+        build(self, tok)
         self.cache = cache(self.model) if cache else DynamicCache(config=self.model.config)
         if isinstance(self.cache, PolicyCache):
             self.stack.enter_context(self.cache)
@@ -70,23 +78,42 @@ class Run:
         if timed:
             self.times.append(time.perf_counter() - t0)
 
+    def bytes_per_step(self) -> tuple[int, int, int]:
+        """(weights, KV, extra) bytes one step reads: the cache as it stands now."""
+        kv = self.cache.kv_bytes() if isinstance(self.cache, PolicyCache) else sum(
+            layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
+        return weight_bytes(self.model, self.shares), kv, self.extra_bytes
+
+
+def _float(run, tok):
+    pass
+
+
+def _bf16(run, tok):
+    run.model.to(torch.bfloat16)
+
 
 def _weights(scheme: str):
-    def build(model, stack, tok):
-        stack.enter_context(QuantizedWeights(model, scheme))
+    def build(run, tok):
+        run.stack.enter_context(QuantizedWeights(run.model, scheme))
     return build
 
 
 _int8 = _weights("int8")
 
 
-def _sparse(rule_name: str):
-    def build(model, stack, tok):
-        _int8(model, stack, tok)
+def _sparse(rule_name: str, keep: float = 0.5):
+    def build(run, tok):
+        _int8(run, tok)
         kind = RULES.get(rule_name)
         calib = text_ids(tok, "wikitext-2/valid.txt", 2048) if kind.reads == "calibration" else None
-        rule = kind.build(model, RuleInputs(calib, 512, None, MODEL))(0.5)
-        stack.enter_context(SparseMLP(model, rule, mode="gather"))
+        rule = kind.build(run.model, RuleInputs(calib, 512, None, MODEL))(keep)
+        run.stack.enter_context(SparseMLP(run.model, rule, mode="gather"))
+        for i in range(arch.dims(run.model).n_layers):  # gather mode reads the kept rows of each projection
+            mlp = arch.mlp(run.model, i)
+            run.shares.update({p: keep for p in (mlp.gate_proj, mlp.in_proj, mlp.out_proj) if p is not None})
+        # Deja Vu's predictors are read every step beside the weights
+        run.extra_bytes = rule.step_bytes(range(arch.dims(run.model).n_layers)) if hasattr(rule, "step_bytes") else 0
     return build
 
 
@@ -100,20 +127,35 @@ def _run_or_say(name: str, build, tok, batch: int, prompt: torch.Tensor) -> Run 
         return None
 
 
-def chain(model, scheme: str | None, batch: int, dtype: torch.dtype = torch.float32):
+class chain:
     """One step's projections alone (x random; the shapes and bytes are the model's) under a weight scheme (None:
-    the float weights, cast to ``dtype``): a callable."""
-    projs = projections(model)
-    xs = [torch.randn(batch, arch.weight(p).shape[1]) for p in projs]
-    if scheme:
-        ws = [SCHEMES.get(scheme).quantize(arch.weight(p)) for p in projs]
-        return lambda: [w.linear(x) for x, w in zip(xs, ws)]
-    xs = [x.to(dtype) for x in xs]
-    ws = [arch.weight(p).detach().to(dtype) for p in projs]
-    return lambda: [F.linear(x, w) for x, w in zip(xs, ws)]
+    the float weights, cast to ``dtype``): call it to run them; ``nbytes``, the weights it reads."""
+
+    def __init__(self, model, scheme: str | None, batch: int, dtype: torch.dtype = torch.float32):
+        projs = projections(model)
+        xs = [torch.randn(batch, arch.weight(p).shape[1]) for p in projs]
+        if scheme:
+            self.xs, self.ws = xs, [SCHEMES.get(scheme).quantize(arch.weight(p)) for p in projs]
+            self.run = lambda: [w.linear(x) for x, w in zip(self.xs, self.ws)]
+        else:
+            self.xs, self.ws = [x.to(dtype) for x in xs], [arch.weight(p).detach().to(dtype) for p in projs]
+            self.run = lambda: [F.linear(x, w) for x, w in zip(self.xs, self.ws)]
+        self.nbytes = sum(w.nbytes for w in self.ws)
+
+    def __call__(self):
+        return self.run()
 
 
-def table(runs: list[Run], chains: dict, steps: int, warmup: int, title: str) -> None:
+def _ledger_cells(tokens_per_s: float, parts: tuple[int, int, int], batch: int, bandwidth: float) -> str:
+    """The ledger's cells from a step's (weights, KV, predictor) bytes: MiB a step, of it the KV's and the
+    predictors', roofline tokens/s, yield."""
+    total = sum(parts)
+    roofline = batch * bandwidth / total  # tokens/s: the batch's tokens per read of the step's bytes
+    return (f"{total / 2**20:.1f} | {parts[1] / 2**20:.1f} | {parts[2] / 2**20:.1f} | {roofline:.1f} | "
+            f"{tokens_per_s / roofline:.0%}")
+
+
+def table(runs: list[Run], chains: dict, steps: int, warmup: int, title: str, bandwidth: float) -> None:
     chain_times = {k: [] for k in chains}
     for s in range(warmup + steps):
         for r in runs:
@@ -124,15 +166,19 @@ def table(runs: list[Run], chains: dict, steps: int, warmup: int, title: str) ->
             if s >= warmup:
                 chain_times[k].append(time.perf_counter() - t0)
     base = statistics.median(runs[0].times)
+    b = runs[0].next.shape[0]
     print(f"\n### {title} ({steps} steps each, turns interleaved, medians)\n")
-    print("| configuration | ms/step | tokens/s | vs fp32 |")
-    print("|---|---:|---:|---:|")
+    print("| configuration | ms/step | tokens/s | vs fp32 | MiB a step | KV MiB | predictor MiB | roofline tokens/s "
+          "| yield |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         t = statistics.median(r.times)
-        print(f"| {r.name} | {t * 1e3:.2f} | {r.next.shape[0] / t:.1f} | {base / t:.2f}x |")
+        print(f"| {r.name} | {t * 1e3:.2f} | {b / t:.1f} | {base / t:.2f}x | "
+              f"{_ledger_cells(b / t, r.bytes_per_step(), b, bandwidth)} |")
     chain_med = {k: statistics.median(ts) for k, ts in chain_times.items()}
     for k, t in chain_med.items():
-        print(f"| ceiling: {k} GEMV chain alone | {t * 1e3:.2f} | {runs[0].next.shape[0] / t:.1f} | {base / t:.2f}x |")
+        print(f"| ceiling: {k} GEMV chain alone | {t * 1e3:.2f} | {b / t:.1f} | {base / t:.2f}x | "
+              f"{_ledger_cells(b / t, (chains[k].nbytes, 0, 0), b, bandwidth)} |")
     if "int8" in chain_med:  # the step can be no faster than reading its int8 weights: c = fp32 step / int8 chain
         print()
         for r in runs[1:]:  # (int4 rows: their own int4 chain, whose weights are fewer bytes)
@@ -154,25 +200,27 @@ def main(argv=None):
     args = ap.parse_args(argv)
     _, tok = load_model_and_tokenizer(MODEL)
     ids = text_ids(tok, "wikitext-2/test.txt", max(args.long, args.prompt * max(args.batch)))
-    configs = [("fp32", lambda m, s, t: None), ("bf16", lambda m, s, t: m.to(torch.bfloat16)), ("int8", _int8),
+    configs = [("fp32", _float), ("bf16", _bf16), ("int8", _int8),
                ("int4", _weights("int4")), ("int8 + cats 50%", _sparse("cats")),
                ("int8 + predicted 50%", _sparse("predicted"))]
     with recorded(args.out):
-        print(f"# Decode on SmolLM2-135M ({torch.get_num_threads()} threads)")
+        bandwidth = copy_bandwidth()  # measured here, beside the runs it sets the roofline of
+        print(f"# Decode on SmolLM2-135M ({torch.get_num_threads()} threads); copy bandwidth "
+              f"{bandwidth / 1e9:.1f} GB/s (read + written)")
         for b in args.batch:
             prompt = ids[:b * args.prompt].view(b, args.prompt)  # b different stretches of the text
             runs = [r for name, build in configs if (r := _run_or_say(name, build, tok, b, prompt))]
             chains = {"fp32": chain(runs[0].model, None, b), "int8": chain(runs[0].model, "int8", b),
                       "int4": chain(runs[0].model, "int4", b)}
-            table(runs, chains, args.steps, args.warmup, f"batch {b}, prompt {args.prompt} tokens")
+            table(runs, chains, args.steps, args.warmup, f"batch {b}, prompt {args.prompt} tokens", bandwidth)
             del runs, chains
         if args.long:
             prompt = ids[None, :args.long]
             sinks = lambda m: PolicyCache(m, make_policy("sinks", 1024, n_sink=4), "rolling")  # noqa: E731
-            runs = [Run("fp32, full cache", lambda m, s, t: None, tok, 1, prompt),
+            runs = [Run("fp32, full cache", _float, tok, 1, prompt),
                     Run("int8, full cache", _int8, tok, 1, prompt),
                     Run("int8 + sinks+window 1024", _int8, tok, 1, prompt, cache=sinks)]
-            table(runs, {}, args.steps, args.warmup, f"batch 1 after {args.long} tokens")
+            table(runs, {}, args.steps, args.warmup, f"batch 1 after {args.long} tokens", bandwidth)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from transformers import DynamicCache
 from attnlab.data.sources import read_corpus
 from attnlab.kv.cache import PolicyCache
 from attnlab.kv.policies import make_policy
+from attnlab.models import arch
 from attnlab.models.pretrained import load_model_and_tokenizer
 
 from host import (  # benchmarks/host.py
@@ -73,6 +74,17 @@ def decode_interleaved(model, ids, length, caches: dict, n_decode, device) -> di
             if i >= 4:
                 times[name].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def rerotated(cache) -> int:
+    """Keys a cache has re-rotated so far, all layers (rolling positions; 0 for DynamicCache)."""
+    return sum(getattr(layer, "rerotated", 0) for layer in cache.layers)
+
+
+def kv_heads(model) -> int:
+    """Layers x KV heads: the (layer, head) pairs each step's eviction runs on."""
+    d = arch.dims(model)
+    return d.n_layers * d.n_kv_heads
 
 
 def kv_bytes(cache) -> int:
@@ -132,11 +144,14 @@ def run(args):
           f"budget {b}, median of {args.decode} decode steps")
     print("| cache | " + " | ".join(f"{L} tok/s | {L} KV MiB" for L in lengths) + " |")
     print("|---|" + "---|---|" * len(lengths))
-    res, mem = {}, {}
+    res, mem, rerot = {}, {}, {}
     for L in lengths:
         caches = {name: prefill(model, ids, L, make) for name, make in configs.items()}
+        before = {name: rerotated(c) for name, c in caches.items()}
         for name, t in decode_interleaved(model, ids, L, caches, args.decode, args.device).items():
             res[name, L], mem[name, L] = t, kv_bytes(caches[name])
+            # keys re-rotated a step, per layer and KV head (the 4 warm-up steps counted too)
+            rerot[name, L] = (rerotated(caches[name]) - before[name]) / ((args.decode + 4) * kv_heads(model))
         del caches
     for name in configs:
         print(f"| {name} | " + " | ".join(f"{1 / res[name, L]:.1f} | {mem[name, L] / 2**20:.1f}" for L in lengths)
@@ -157,6 +172,8 @@ def run(args):
     for L in lengths:
         print(f"h2o's step over sinks' at {L}: " + ", ".join(
             f"{h} {res[h, L] / res[s, L] - 1:+.1%} ({pos} positions)" for h, s, pos in pairs))
+        print(f"keys re-rotated a step per layer and KV head at {L} (of {b} stored): " + ", ".join(
+            f"{n} {rerot[n, L]:.1f}" for n in configs if "original" not in n and n not in (dyn, full)))
     # the floor: what one decode step costs with (almost) nothing cached -- the model's weights alone
     floor = decode_interleaved(model, ids, 16, {dyn: prefill(model, ids, 16, configs[dyn])}, args.decode,
                                args.device)[dyn]

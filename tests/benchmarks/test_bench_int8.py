@@ -36,3 +36,23 @@ def test_the_decode_chain_reads_every_projection_once(load_benchmark, monkeypatc
     monkeypatch.setattr(int8, "linear", lambda x, w, bias=None: calls.append(w.q.shape) or x)
     bench_decode.chain(model, "int8", 1)()
     assert sorted(calls) == sorted((p.weight.shape[0], p.weight.shape[1]) for p in projections(model))
+
+
+def test_the_decode_chain_reports_the_bytes_of_the_weights_it_reads(load_benchmark):
+    bench_decode = load_benchmark("bench_decode")
+    model = tiny("llama")
+    fp32 = sum(p.weight.nbytes for p in projections(model))
+    assert bench_decode.chain(model, None, 1).nbytes == fp32
+    assert bench_decode.chain(model, None, 1, torch.bfloat16).nbytes == fp32 // 2
+    # int8: a byte a weight, plus one bf16 scale per output row
+    rows = sum(p.weight.shape[0] for p in projections(model))
+    assert bench_decode.chain(model, "int8", 1).nbytes == fp32 // 4 + 2 * rows
+
+
+def test_the_ledger_cells_are_bytes_roofline_and_yield(load_benchmark):
+    bench_decode = load_benchmark("bench_decode")
+    mib = 2**20
+    # 4 MiB a step at 40 MiB/s: 10 steps a second, 2 tokens each -> roofline 20 tokens/s; 10 measured: 50%
+    cells = bench_decode._ledger_cells(10.0, (2 * mib, mib, mib), 2, 40.0 * mib)
+    assert cells == "4.0 | 1.0 | 1.0 | 20.0 | 50%"
+    assert bench_decode._ledger_cells(10.0, (4 * mib, 0, 0), 1, 40.0 * mib) == "4.0 | 0.0 | 0.0 | 10.0 | 100%"

@@ -5,9 +5,9 @@ import torch
 from attnlab.core import machine as machine_mod
 
 
-def test_a_cpu_run_names_the_cpu_its_threads_and_torch():
+def test_a_cpu_run_names_the_cpu_its_kernels_isa_threads_and_torch():
     line = machine_mod.machine()
-    assert line.startswith(machine_mod.cpu_name() + ", ")
+    assert line.startswith(f"{machine_mod.cpu_name()} ({torch.backends.cpu.get_cpu_capability()}), ")
     assert f"{torch.get_num_threads()} torch threads" in line and line.endswith(f"torch {torch.__version__}")
 
 

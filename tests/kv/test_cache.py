@@ -189,6 +189,18 @@ def test_rolling_keys_sit_at_their_rank_in_the_cache(tiny_models, arch, tokens):
                 torch.testing.assert_close(keys[b, h], ref, atol=1e-5, rtol=1e-4)
 
 
+def test_sinks_re_rotate_only_their_sinks_and_count_them(tiny_models, tokens):
+    """Rolling sinks evict the oldest token past the sinks each step, so each step re-rotates exactly the sinks,
+    in every layer, batch row and KV head; the layer counts them (what the KV-decode benchmark reports)."""
+    model = tiny_models["llama"]  # 2 layers, 2 KV heads
+    cache = PolicyCache(model, make_policy("sinks", budget=6, n_sink=2), "rolling")
+    _stream(model, cache, tokens)
+    for layer in cache.layers:
+        b, h, stored, _ = layer.keys.shape
+        evicted = layer.seen - stored  # one token a step, each re-rotating the 2 sinks older than it
+        assert evicted > 0 and layer.rerotated == evicted * b * h * 2
+
+
 def _layer0_keys(model, toks, positions):
     """Keys of layer 0 for tokens (1, S) placed at the given positions: through a full cache."""
     cache = PolicyCache(model, make_policy("full"), "original")

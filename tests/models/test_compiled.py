@@ -48,6 +48,18 @@ def test_compiled_step_writes_the_eager_logits(quant):
     torch.testing.assert_close(again, got)
 
 
+@pytest.mark.parametrize("arch", ["gpt_neox", "gpt2", "opt"])
+def test_compiled_step_writes_the_eager_logits_on_other_architectures(arch):
+    """Rotary on part of each head (GPT-NeoX), learned absolute positions (GPT-2, and OPT's offset by 2): the
+    static cache and the compiled step follow each model's own positions."""
+    model = tiny(arch)
+    ids, steps = random_ids(12, seed=4), 8
+    want_tokens, want = eager_greedy(model, ids, steps)
+    got_tokens, got = compiled_greedy(CompiledDecode(model, max_len=ids.numel() + steps), ids, steps)
+    assert got_tokens == want_tokens
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_decoder_nll_is_the_streamed_nll():
     """evals.streaming.decoder_nll through CompiledDecode scores each token as stream_nll does one a step."""
     model, ids = tiny("llama"), random_ids(24, seed=5)

@@ -195,3 +195,26 @@ def test_a_saved_rule_refuses_another_models_predictors_and_a_wrong_keep(tmp_pat
     shutil.copytree(tmp_path / "lookahead", tmp_path / "mixed" / "own")
     with pytest.raises(UsageError, match="holds lookahead neurons predictors, not own"):
         saved_rule(model, "x", 0.5, "own", str(tmp_path / "mixed"))
+
+
+def test_a_step_reads_one_predictor_per_layer(tiny_models):
+    """The bandwidth ledger's predictor bytes: layer 0 from the own-input set, the rest from the lookahead set."""
+    model = tiny_models["llama"]  # 2 layers, d 32, d_ff 64
+    own, look = (new_predictors(model, "tiny", 8, 0.5, s) for s in SOURCES)
+    per_layer = (32 * 8 + 8 * 64 + 64) * 4  # w1 (d, r), w2 (r, n), b2 (n,) in float32
+    assert Predicted(0.5, own=own, lookahead=look).step_bytes(range(2)) == 2 * per_layer
+    assert Predicted(0.5, own=own).step_bytes(range(2)) == 2 * per_layer
+    assert Predicted(0.5, lookahead=look).step_bytes(range(2)) == per_layer  # layer 0 has none
+
+
+def test_streams_ledger_counts_the_predictors_of_the_sparse_layers(tiny_models):
+    from attnlab.kv.exp_stream import predictor_bytes
+    from attnlab.sparsity.rules import make_rule
+
+    model = tiny_models["llama"]
+    own, look = (new_predictors(model, "tiny", 8, 0.5, s) for s in SOURCES)
+    rule = Predicted(0.5, own=own, lookahead=look)
+    with SparseMLP(model, rule, layers=[1]) as sparse:
+        assert predictor_bytes(sparse) == rule.step_bytes([1]) > 0  # the sparse layer's predictor alone
+    assert predictor_bytes(None) == 0
+    assert predictor_bytes(SparseMLP(model, make_rule("oracle", 0.5))) == 0  # a rule without predictors

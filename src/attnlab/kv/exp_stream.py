@@ -31,7 +31,7 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
     runs = {}
     # every cache below runs on the same model as the other methods leave it (quantized, scaled, sparse)
     with apply(model, *[m for m in methods if m.kind != "kv"],
-               ctx=Context(tok, ctx.device, None, cfg.model)):
+               ctx=Context(tok, ctx.device, None, cfg.model)) as applied:
         with ctx.progress(len(ids) - 1, policy.describe()) as bar:
             runs[policy.describe()] = stream_nll(model, ids, cache, cfg.chunk, bar)
         if cfg.dense:
@@ -44,8 +44,9 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
             with ctx.progress(len(ids) - 1, "recompute") as bar:
                 runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
         bandwidth = copy_bandwidth(ctx.device)  # measured here, beside the runs it sets the roofline of
-        shares = read_shares(model, methods)
-        lines = {k: ledger(model, r.tokens_per_s, sum(b for _, b in r.kv_bytes) / len(r.kv_bytes), bandwidth, shares)
+        shares, extra = read_shares(model, methods), predictor_bytes(applied.handle("mlp"))
+        lines = {k: ledger(model, r.tokens_per_s, sum(b for _, b in r.kv_bytes) / len(r.kv_bytes), bandwidth, shares,
+                           extra)
                  for k, r in runs.items() if r.kv_bytes}  # the recomputed window reads no cache: no line
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
     (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")
@@ -88,6 +89,13 @@ def read_shares(model, methods) -> dict:
                 mlp = arch.mlp(model, i)
                 shares.update({p: m.keep for p in (mlp.gate_proj, mlp.in_proj, mlp.out_proj) if p is not None})
     return shares
+
+
+def predictor_bytes(sparse) -> int:
+    """The predictor weights a step reads beside the model's (Deja Vu's; 0 for a rule with none, or no sparse
+    MLP): ``sparse``, the entered SparseMLP or None."""
+    rule = getattr(sparse, "rule", None)
+    return rule.step_bytes(sparse.layers) if hasattr(rule, "step_bytes") else 0
 
 
 def result_lines(runs: dict) -> list[str]:

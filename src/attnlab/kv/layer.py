@@ -40,6 +40,7 @@ class PolicyLayer(CacheLayerMixin):
         self._n = 0  # S, the slots stored: the first _n of each buffer
         self._new: torch.Tensor | int = 0  # the current step's new slots: (B, H, q) indices, or the first's index
         self._q = 0  # and how many
+        self.rerotated = 0  # keys re-rotated so far (rolling positions): what a mid-cache eviction costs
 
     # -- CacheLayerMixin -------------------------------------------------------------------------
     def lazy_initialization(self, key_states, value_states):
@@ -243,6 +244,7 @@ class PolicyLayer(CacheLayerMixin):
             delta = delta if isinstance(delta, int) else F.pad(delta, (0, pad))
         flat = buf.view(-1, buf.shape[-1])  # (B*H*C, D): one linear index is cheaper than three
         idx = moved.reshape(-1).nonzero().squeeze(1)
+        self.rerotated += idx.numel()
         if idx.numel():
             d = delta if isinstance(delta, int) else delta.reshape(-1)[idx]
             flat.index_copy_(0, idx, self.rope.rotate(flat.index_select(0, idx), d))

@@ -36,18 +36,24 @@ class RopeSpec:
 
     def rotate(self, k: torch.Tensor, delta: torch.Tensor | int) -> torch.Tensor:
         """k (n, D) rotated by delta (n,) positions (or one int for all), in float32; rotate_half
-        layout (Llama, NeoX)."""
+        layout (Llama, NeoX): dims (i, i + rot/2) pair up, (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)."""
+        d = k.shape[-1]
         if isinstance(delta, int):  # steady decoding rotates by 1: its cos/sin are computed once
-            if delta not in self._cos_sin:
-                self._cos_sin[delta] = self._angles(torch.tensor([delta]))
-            cos, sin = (t.to(k.device) for t in self._cos_sin[delta])
+            if (delta, d) not in self._cos_sin:
+                self._cos_sin[delta, d] = self._angles(torch.tensor([delta]), d)
+            cos, sin = (t.to(k.device) for t in self._cos_sin[delta, d])
         else:
-            cos, sin = self._angles(delta.to(k.device))
-        rot, rest = k[:, : self.rot_dims].float(), k[:, self.rot_dims:]
-        x1, x2 = rot.chunk(2, dim=-1)
-        out = (rot * cos + torch.cat([-x2, x1], -1) * sin).to(k.dtype)
-        return torch.cat([out, rest], -1) if rest.shape[-1] else out
+            cos, sin = self._angles(delta.to(k.device), d)
+        # Why three ops and not rotate_half's cat: the cache re-rotates hundreds of keys per layer every step
+        # (H2O with rolling positions), and each full-size temporary is one more pass over them.
+        x, half = k.float(), self.rot_dims // 2
+        out = x * cos  # (n, D); cos is 1 past rot_dims, so unrotated dims pass through
+        out[:, :half].addcmul_(x[:, half:self.rot_dims], sin, value=-1)
+        out[:, half:self.rot_dims].addcmul_(x[:, :half], sin)
+        return out.to(k.dtype)
 
-    def _angles(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _angles(self, delta: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos (n, d), 1 past rot_dims, and sin (n, rot/2) of delta (n,) positions."""
         ang = delta.to(torch.float32)[:, None] * self.inv_freq.to(delta.device)  # (n, rot/2)
-        return torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)  # (n, rot) each
+        cos = ang.cos()
+        return torch.cat([cos, cos, cos.new_ones(len(delta), d - self.rot_dims)], -1), ang.sin()

@@ -49,6 +49,16 @@ class Predicted:
         if p.meta.width != width:
             raise UsageError(f"predictor for layer {layer} scores {p.meta.width} {p.meta.unit}, the layer has {width}")
 
+    def step_bytes(self, layers) -> int:
+        """The bytes of predictor weights one decode step reads over ``layers``: each layer's own predictor (a
+        lookahead set's where it covers the layer, else the own-input set's), as a bandwidth ledger counts them."""
+        total = 0
+        for i in layers:
+            p = self._which(i)
+            if p is not None:
+                total += sum(t[p.slot[i]].nbytes for t in (p.w1, p.w2, p.b2))
+        return total
+
     def report(self, gated: bool = True) -> dict:
         """What a run records of the predictors: their source, the folders read, rank r and cost."""
         used = self.lookahead or self.own
