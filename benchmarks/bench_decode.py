@@ -80,9 +80,9 @@ class Run:
 
     def bytes_per_step(self) -> tuple[int, int, int]:
         """(weights, KV, extra) bytes one step reads: the cache as it stands now."""
-        kv = self.cache.kv_bytes() if isinstance(self.cache, PolicyCache) else sum(
-            layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
-        return weight_bytes(self.model, self.shares), kv, self.extra_bytes
+        from bench_kv_decode import kv_bytes  # benchmarks/bench_kv_decode.py
+
+        return weight_bytes(self.model, self.shares), kv_bytes(self.cache), self.extra_bytes
 
 
 def _float(run, tok):
@@ -108,12 +108,10 @@ def _sparse(rule_name: str, keep: float = 0.5):
         kind = RULES.get(rule_name)
         calib = text_ids(tok, "wikitext-2/valid.txt", 2048) if kind.reads == "calibration" else None
         rule = kind.build(run.model, RuleInputs(calib, 512, None, MODEL))(keep)
-        run.stack.enter_context(SparseMLP(run.model, rule, mode="gather"))
-        for i in range(arch.dims(run.model).n_layers):  # gather mode reads the kept rows of each projection
-            mlp = arch.mlp(run.model, i)
-            run.shares.update({p: keep for p in (mlp.gate_proj, mlp.in_proj, mlp.out_proj) if p is not None})
-        # Deja Vu's predictors are read every step beside the weights
-        run.extra_bytes = rule.step_bytes(range(arch.dims(run.model).n_layers)) if hasattr(rule, "step_bytes") else 0
+        sparse = run.stack.enter_context(SparseMLP(run.model, rule, mode="gather"))
+        # the ledger: gather mode reads the kept rows of each projection, and Deja Vu's predictors beside them
+        run.shares = {p: keep for p in arch.mlp_projections(run.model)}
+        run.extra_bytes = sparse.predictor_bytes()
     return build
 
 

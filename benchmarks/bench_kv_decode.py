@@ -88,6 +88,7 @@ def kv_heads(model) -> int:
 
 
 def kv_bytes(cache) -> int:
+    """Bytes of the keys and values ``cache`` stores now (a PolicyCache or transformers' DynamicCache)."""
     return cache.kv_bytes() if isinstance(cache, PolicyCache) else sum(
         l.keys.nbytes + l.values.nbytes for l in cache.layers)
 

@@ -406,3 +406,12 @@ def _replaced_modules(model):
     """The MLP modules a SparseMLP will replace the forward of (the inline MLP's fc1 for OPT)."""
     return [arch.mlp(model, i).in_proj if arch.arch_of(model).flat_mlp else arch.mlp(model, i).module
             for i in range(len(arch.layers(model)))]
+
+
+def test_a_gathering_mlp_reads_its_gate_up_and_down_projections_in_part():
+    """The bandwidth ledger's shares: each layer's three MLP projections (arch.mlp_projections)."""
+    model = tiny("llama")  # 2 layers, gated MLP
+    mlps = [model.model.layers[i].mlp for i in range(2)]
+    assert arch.mlp_projections(model) == [p for m in mlps for p in (m.gate_proj, m.up_proj, m.down_proj)]
+    gpt2 = tiny("gpt2")  # no gate: in and out alone
+    assert arch.mlp_projections(gpt2) == [p for b in gpt2.transformer.h for p in (b.mlp.c_fc, b.mlp.c_proj)]

@@ -208,13 +208,11 @@ def test_a_step_reads_one_predictor_per_layer(tiny_models):
 
 
 def test_streams_ledger_counts_the_predictors_of_the_sparse_layers(tiny_models):
-    from attnlab.kv.exp_stream import predictor_bytes
     from attnlab.sparsity.rules import make_rule
 
     model = tiny_models["llama"]
     own, look = (new_predictors(model, "tiny", 8, 0.5, s) for s in SOURCES)
     rule = Predicted(0.5, own=own, lookahead=look)
     with SparseMLP(model, rule, layers=[1]) as sparse:
-        assert predictor_bytes(sparse) == rule.step_bytes([1]) > 0  # the sparse layer's predictor alone
-    assert predictor_bytes(None) == 0
-    assert predictor_bytes(SparseMLP(model, make_rule("oracle", 0.5))) == 0  # a rule without predictors
+        assert sparse.predictor_bytes() == rule.step_bytes([1]) > 0  # the sparse layer's predictor alone
+    assert SparseMLP(model, make_rule("oracle", 0.5)).predictor_bytes() == 0  # a rule without predictors

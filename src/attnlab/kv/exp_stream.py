@@ -44,7 +44,8 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
             with ctx.progress(len(ids) - 1, "recompute") as bar:
                 runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
         bandwidth = copy_bandwidth(ctx.device)  # measured here, beside the runs it sets the roofline of
-        shares, extra = read_shares(model, methods), predictor_bytes(applied.handle("mlp"))
+        sparse = applied.handle("mlp")  # a SparseMLP, or None
+        shares, extra = read_shares(model, methods), sparse.predictor_bytes() if sparse is not None else 0
         lines = {k: ledger(model, r.tokens_per_s, sum(b for _, b in r.kv_bytes) / len(r.kv_bytes), bandwidth, shares,
                            extra)
                  for k, r in runs.items() if r.kv_bytes}  # the recomputed window reads no cache: no line
@@ -85,17 +86,8 @@ def read_shares(model, methods) -> dict:
     shares = {}
     for m in methods:
         if m.kind == "mlp" and m.mode != "mask":
-            for i in range(arch.dims(model).n_layers):
-                mlp = arch.mlp(model, i)
-                shares.update({p: m.keep for p in (mlp.gate_proj, mlp.in_proj, mlp.out_proj) if p is not None})
+            shares.update({p: m.keep for p in arch.mlp_projections(model)})
     return shares
-
-
-def predictor_bytes(sparse) -> int:
-    """The predictor weights a step reads beside the model's (Deja Vu's; 0 for a rule with none, or no sparse
-    MLP): ``sparse``, the entered SparseMLP or None."""
-    rule = getattr(sparse, "rule", None)
-    return rule.step_bytes(sparse.layers) if hasattr(rule, "step_bytes") else 0
 
 
 def result_lines(runs: dict) -> list[str]:

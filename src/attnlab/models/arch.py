@@ -173,6 +173,13 @@ def mlp(model: nn.Module, i: int) -> MLP:
                _act_kind(model, a), _get(block, a.act_fn))
 
 
+def mlp_projections(model: nn.Module) -> list[nn.Module]:
+    """Every layer's MLP projections (gate where the family has one, in, out): what a gathering sparse MLP reads
+    in part, the rows of the neurons it keeps."""
+    return [p for i in range(len(layers(model))) for m in (mlp(model, i),)
+            for p in (m.gate_proj, m.in_proj, m.out_proj) if p is not None]
+
+
 def _act_kind(model: nn.Module, a: Arch) -> str:
     """The row's activation kind, read from the config for gated MLPs (``attnlab train --act relu``)."""
     hidden_act = getattr(model.config, "hidden_act", None)

@@ -101,6 +101,11 @@ class SparseMLP:
                              "gather")
         self._replaced: list[tuple[nn.Module, object]] = []
 
+    def predictor_bytes(self) -> int:
+        """The predictor weights a decode step reads beside the model's (Deja Vu's; 0 for a rule without)."""
+        step_bytes = getattr(self.rule, "step_bytes", None)
+        return step_bytes(self.layers) if step_bytes is not None else 0
+
     def __enter__(self) -> "SparseMLP":
         try:
             scratch = Scratch()
