@@ -6,7 +6,8 @@ step by step (so the machine's drift hits all alike); report the median per-toke
 tokens/s and the bytes each cache holds. Also: H2O's step time over sinks' at the same budget and
 positions (rolling, and original: no re-rotation), each policy's per-token overhead against
 transformers' own DynamicCache (plain SDPA) at the same stored length, and StreamingLLM's
-comparison, sinks vs the sliding window with re-computation at the same window.
+comparison, sinks vs the sliding window with re-computation at the same window. One more H2O row lets its
+kept keys owe their rolling rotations for --lag-limit evictions, paid through the query (attnlab.kv.rolling).
 
     python benchmarks/bench_kv_decode.py                       # SmolLM2, lengths 1k, 4k, 8k, budget 1024
     python benchmarks/bench_kv_decode.py --lengths 1024 --decode 8 --device cuda
@@ -114,6 +115,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=kv_budget("sinks", "h2o", "sinks+h2o"), default=1024)
     ap.add_argument("--decode", type=positive_int, default=32, help="timed decode steps per cell")
     ap.add_argument("--device", type=device, default="cpu")
+    ap.add_argument("--lag-limit", type=positive_int, default=4,
+                    help="evictions H2O's keys may owe their rotations for in the 'rotations owed' row")
     add_out(ap)
     args = ap.parse_args(argv)
     with recorded(args.out):
@@ -129,6 +132,7 @@ def run(args):
     ids = torch.tensor(tok(text, add_special_tokens=False)["input_ids"][: max(lengths) + args.decode + 8],
                        device=args.device)
     b, dyn, full = args.budget, "DynamicCache (HF, sdpa)", "full (attnlab)"
+    owed = f"h2o {b // 2}+{b // 2}, rotations owed ({args.lag_limit} evictions)"  # paid through the query
     configs = {
         dyn: lambda: DynamicCache(config=model.config),
         full: lambda: PolicyCache(model, make_policy("full"), "rolling"),
@@ -140,6 +144,7 @@ def run(args):
                                                                            "original"),
         f"sinks+h2o 4+{b // 2 - 4}+{b // 2}": lambda: PolicyCache(model, make_policy("sinks+h2o", budget=b, n_sink=4),
                                                                  "rolling"),
+        owed: lambda: PolicyCache(model, make_policy("h2o", budget=b), "rolling", lag_limit=args.lag_limit),
     }
     print(f"# {args.model} on {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"budget {b}, median of {args.decode} decode steps")
@@ -169,7 +174,7 @@ def run(args):
     # with the probabilities) and, with rolling positions, re-rotating the keys older than a mid-cache eviction
     sinks_r, sinks_o = f"sinks 4+{b - 4}", f"sinks 4+{b - 4}, original positions"
     pairs = [(f"h2o {b // 2}+{b // 2}", sinks_r, "rolling"), (f"sinks+h2o 4+{b // 2 - 4}+{b // 2}", sinks_r, "rolling"),
-             (f"h2o {b // 2}+{b // 2}, original positions", sinks_o, "original")]
+             (owed, sinks_r, "rolling"), (f"h2o {b // 2}+{b // 2}, original positions", sinks_o, "original")]
     for L in lengths:
         print(f"h2o's step over sinks' at {L}: " + ", ".join(
             f"{h} {res[h, L] / res[s, L] - 1:+.1%} ({pos} positions)" for h, s, pos in pairs))

@@ -168,13 +168,17 @@ def test_h2o_evicts_the_lowest_accumulated_score_outside_the_recent_window(tiny_
 
 
 @pytest.mark.parametrize("arch", ROPE)
-def test_rolling_keys_sit_at_their_rank_in_the_cache(tiny_models, arch, tokens):
+@pytest.mark.parametrize("lag_limit", [0, 3])
+def test_rolling_keys_sit_at_their_rank_in_the_cache(tiny_models, arch, lag_limit, tokens):
     """Layer-0 keys depend only on token and position, so the stored (re-rotated) keys must equal
-    fresh keys computed at rank + (query position - cache size), the relative placement rolling means."""
+    fresh keys computed at rank + (query position - cache size), the relative placement rolling means:
+    rotated at each eviction (lag_limit 0), or owed and paid by ``settle``."""
     model = tiny_models[arch]
-    cache = PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2, recent=3), "rolling")
+    cache = PolicyCache(model, make_policy("sinks+h2o", budget=10, n_sink=2, recent=3), "rolling", lag_limit=lag_limit)
     _stream(model, cache, tokens)
     layer = cache.layers[0]
+    assert (layer.rolling.turns > 0) == (lag_limit > 0)  # the stream ends owing rotations, or owing none
+    layer.settle()
     with torch.no_grad():
         order = layer.pos.argsort(-1)
         pos = layer.pos.gather(-1, order)  # (B, H, S) kept stream indices, in order

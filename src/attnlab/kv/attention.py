@@ -59,7 +59,7 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
         # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
         qg = query.reshape(b, hkv, g * q, d)
-        logits = (qg @ key.transpose(-1, -2)) * scaling  # (B, Hkv, g*q, S)
+        logits = layer.logits(qg) * scaling  # (B, Hkv, g*q, S); rolling positions' owed rotations paid here
         if mask is not None:
             logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
         probs = normalise(logits.view(b, hkv * g, q, s), sink, relu).view(b, hkv, g * q, s)

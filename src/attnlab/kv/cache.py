@@ -23,6 +23,8 @@ Slots keep their stream index (``pos``), so positions can be
   tokens and queries and rotate, at each eviction, only the kept keys *older* than an evicted
   token, forward by the number of evicted tokens after them (R(a)R(b) = R(a+b)). The query then
   sees every kept key at its rank distance. For sinks+window only the sinks move: O(n_sink).
+  With ``lag_limit`` the keys may instead owe those rotations for a few evictions, paid through the
+  query (:mod:`attnlab.kv.rolling`).
 
 Nothing is patched: ``with PolicyCache(model, policy) as cache`` switches the model's attention
 implementation to ``attnlab_kv`` and binds its attention modules (from :mod:`attnlab.models.arch`)
@@ -70,18 +72,24 @@ class PolicyCache(Cache):
             out = model.generate(**inputs, past_key_values=cache, max_new_tokens=50)
     """
 
-    def __init__(self, model: torch.nn.Module, policy: KVPolicy, positions: str = "original", start: int = 0):
-        """``start``: the model's position of the stream's first token (far out: a stream met deep into it)."""
+    def __init__(self, model: torch.nn.Module, policy: KVPolicy, positions: str = "original", start: int = 0,
+                 lag_limit: int = 0):
+        """``start``: the model's position of the stream's first token (far out: a stream met deep into it).
+        ``lag_limit``: with rolling positions and a scored policy, evictions the kept keys may owe their rotations
+        for, paid through the query (:mod:`attnlab.kv.rolling`); 0 rotates them at each eviction."""
         if positions not in POSITIONS:
             raise UsageError(f"unknown positions {positions!r}: choose original or rolling")
         if positions == "rolling" and policy.shares_budget():
             raise UsageError(f"{policy.describe()} shares a layer's budget over its heads, which keep masked slots "
                              "that rolling positions cannot rank: use positions original (`positions=original` in its "
                              "--method)")
+        if not isinstance(lag_limit, int) or lag_limit < 0:
+            raise UsageError(f"lag_limit {lag_limit!r}: give a whole number of evictions >= 0 (0: rotate at each)")
         rope = _rolling_rope(model) if positions == "rolling" else None
         n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
         # each layer evicts by its own share of the policy (PyramidKV spreads the budget; the others are one)
-        super().__init__(layers=[PolicyLayer(policy.for_layer(i, n_layers), rope, start) for i in range(n_layers)])
+        super().__init__(layers=[PolicyLayer(policy.for_layer(i, n_layers), rope, start, lag_limit)
+                                 for i in range(n_layers)])
         self.model, self.policy, self.positions = model, policy, positions
         self._saved_impl: str | None = None
         self._bound: list[torch.nn.Module] = []  # the attention modules this context binds

@@ -7,10 +7,10 @@ Keys and values are (B, H_kv, S, D) tensors that really shrink; each slot keeps 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from transformers.cache_utils import CacheLayerMixin
 
 from attnlab.kv.policies import KVPolicy, SlotState
+from attnlab.kv.rolling import RollingKeys
 from attnlab.models.rotary import RopeSpec
 
 SLOT_TENSORS = ("keys", "values", "pos", "valid", "score", "n_pad")  # what a layer stores per slot (and per row)
@@ -30,17 +30,18 @@ class PolicyLayer(CacheLayerMixin):
     is_sliding = False
     is_compileable = False
 
-    def __init__(self, policy: KVPolicy, rope: RopeSpec | None = None, start: int = 0):
+    def __init__(self, policy: KVPolicy, rope: RopeSpec | None = None, start: int = 0, lag_limit: int = 0):
         super().__init__()
         self.policy, self.rope = policy, rope
         self.start = start  # the model's position of the stream's first token
+        self.lag_limit = lag_limit  # rolling positions, scored policy: evictions keys may owe rotations for (0: none)
         self.seen = 0  # tokens this layer has seen (the stream length)
         self.n_pad = None
         self._buf: dict[str, torch.Tensor | None] = {}  # the slot tensors' buffers (see _adopt)
         self._n = 0  # S, the slots stored: the first _n of each buffer
         self._new: torch.Tensor | int = 0  # the current step's new slots: (B, H, q) indices, or the first's index
         self._q = 0  # and how many
-        self.rerotated = 0  # keys re-rotated so far (rolling positions): what a mid-cache eviction costs
+        self.rolling = RollingKeys(rope) if rope is not None else None  # rolling positions' owed rotations
 
     # -- CacheLayerMixin -------------------------------------------------------------------------
     def lazy_initialization(self, key_states, value_states):
@@ -135,9 +136,8 @@ class PolicyLayer(CacheLayerMixin):
         # steady decoding: overwrite the evicted slot (heads that share a budget evict through _evict)
         if n_over > 0 and q == 1 and n_over == 1 and not self.policy.shares_budget():
             evict = self._priority().argmin(-1, keepdim=True)  # (B, H, 1)
-            if self.rope is not None:
-                ev_pos = self.pos.gather(-1, evict)
-                self._rerotate(self.pos < ev_pos, 1)  # older kept keys move forward by 1
+            if self.rolling is not None:  # older kept keys move forward by 1, now or owed
+                self.rolling.evicted(self._buf["keys"], self.pos, self.pos.gather(-1, evict), evict, self._lag_limit())
             d_idx = evict[..., None]
             self.keys.scatter_(2, d_idx.expand(-1, -1, -1, self.keys.shape[-1]), key_states)
             self.values.scatter_(2, d_idx.expand(-1, -1, -1, self.values.shape[-1]), value_states)
@@ -147,6 +147,7 @@ class PolicyLayer(CacheLayerMixin):
                 self.score.scatter_(2, _per_slot(evict, self.score), 0.0)
             self._new, self._q = evict, 1
         else:
+            self.settle()  # what follows reads the keys as stored (or reorders them)
             if n_over > 0:
                 self._evict(n_over)
             self._append(key_states, value_states)
@@ -167,13 +168,14 @@ class PolicyLayer(CacheLayerMixin):
         return -1 if cap is None else cap
 
     def reset(self) -> None:
-        self.__init__(self.policy, self.rope, self.start)
+        self.__init__(self.policy, self.rope, self.start, self.lag_limit)
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("an evicting KV cache cannot be cropped (assisted decoding is not supported)")
 
     def _map_batch(self, fn) -> None:
         if self.is_initialized:
+            self.settle()
             self._adopt(**{name: None if (t := getattr(self, name)) is None else fn(t) for name in SLOT_TENSORS[:5]})
             self.n_pad = fn(self.n_pad)
 
@@ -189,8 +191,10 @@ class PolicyLayer(CacheLayerMixin):
     def state_dict(self) -> dict:
         if not self.is_initialized:
             return {"seen": self.seen}
-        # contiguous: a view of the buffer would save its headroom too
+        # contiguous: a view of the buffer would save its headroom too. The rotations still owed are saved as
+        # owed (settling here would round differently from the stream that never stopped)
         return {"seen": self.seen, "any_pad": self.any_pad,
+                "owed": None if self.rolling is None else self.rolling.owed(),
                 **{k: None if (t := getattr(self, k)) is None else t.contiguous() for k in SLOT_TENSORS}}
 
     def load_state_dict(self, state: dict) -> None:
@@ -201,6 +205,8 @@ class PolicyLayer(CacheLayerMixin):
             self._adopt(**{k: None if state[k] is None else state[k].clone() for k in SLOT_TENSORS[:5]})
             self.n_pad = state["n_pad"].clone()
             self.any_pad = state["any_pad"]
+            if self.rolling is not None and state.get("owed") is not None:
+                self.rolling.owe(*state["owed"])
         self.seen = state["seen"]
 
     # -- eviction --------------------------------------------------------------------------------
@@ -220,13 +226,13 @@ class PolicyLayer(CacheLayerMixin):
             priority = priority.masked_fill(~visible, float("-inf"))
             self.any_pad = True  # masked slots, as padding is: every step's attention must read ``valid``
         keep = priority.topk(width, dim=-1).indices.sort(-1).values  # (B, H, width)
-        if self.rope is not None:
+        if self.rolling is not None:
             evicted = torch.ones_like(self.valid).scatter_(-1, keep, False)  # (B, H, S)
             order = self.pos.argsort(-1)
             ev_sorted = evicted.gather(-1, order).long()
             after_sorted = n - ev_sorted.cumsum(-1)  # evicted tokens later in the stream
             delta = torch.empty_like(after_sorted).scatter_(-1, order, after_sorted).masked_fill(evicted, 0)
-            self._rerotate(delta != 0, delta)
+            self.rolling.rotate(self._buf["keys"], delta != 0, delta)
         d = keep[..., None]
         self._adopt(keys=self.keys.gather(2, d.expand(-1, -1, -1, self.keys.shape[-1])),
                     values=self.values.gather(2, d.expand(-1, -1, -1, self.values.shape[-1])),
@@ -234,20 +240,28 @@ class PolicyLayer(CacheLayerMixin):
                     valid=self.valid.gather(-1, keep) & (True if visible is None else visible.gather(-1, keep)),
                     score=None if self.score is None else self.score.gather(2, _per_slot(keep, self.score)))
 
-    def _rerotate(self, moved: torch.Tensor, delta: torch.Tensor | int) -> None:
-        """Rotate the stored keys where ``moved`` (B, H, S) forward by ``delta`` positions (one int,
-        or a (B, H, S) tensor)."""
-        buf = self._buf["keys"]  # (B, H, C, D), C >= S: the stored keys are its first S slots
-        pad = buf.shape[2] - moved.shape[-1]
-        if pad:  # the flags (and shifts) laid out as the buffer is
-            moved = F.pad(moved, (0, pad))
-            delta = delta if isinstance(delta, int) else F.pad(delta, (0, pad))
-        flat = buf.view(-1, buf.shape[-1])  # (B*H*C, D): one linear index is cheaper than three
-        idx = moved.reshape(-1).nonzero().squeeze(1)
-        self.rerotated += idx.numel()
-        if idx.numel():
-            d = delta if isinstance(delta, int) else delta.reshape(-1)[idx]
-            flat.index_copy_(0, idx, self.rope.rotate(flat.index_select(0, idx), d))
+    # -- rolling positions: the rotations evictions owe the kept keys (attnlab.kv.rolling) ----------------
+    @property
+    def rerotated(self) -> int:
+        """Keys re-rotated so far (rolling positions): what the evictions have cost."""
+        return 0 if self.rolling is None else self.rolling.rotated
+
+    def _lag_limit(self) -> int:
+        """Evictions the keys may owe their rotations for: only where attention materialises its logits (a
+        scored policy) and no priority reads the keys."""
+        return self.lag_limit if self.policy.needs_scores and not self.policy.reads_keys else 0
+
+    def settle(self) -> None:
+        """Pay the rotations the stored keys owe (rolling positions): ``keys`` then hold every key as rolling
+        places it. Reading the keys outside attention (``state_dict``, an analysis) needs this first."""
+        if self.rolling is not None:
+            self.rolling.settle(self._buf["keys"])
+
+    def logits(self, qg: torch.Tensor) -> torch.Tensor:
+        """qg (B, H, r, D) against the stored keys -> (B, H, r, S): each key as rolling places it."""
+        if self.rolling is None:
+            return qg @ self.keys.transpose(-1, -2)
+        return self.rolling.logits(qg, self.keys)
 
     # -- the attention step's two updates (the attention function alone sees mask and probabilities) --
     def update_padding(self, real: torch.Tensor) -> None:

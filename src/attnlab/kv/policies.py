@@ -75,6 +75,7 @@ class KVPolicy:
     budget: int | float | None = None
     needs_scores = False  # True: the attention function accumulates attention into SlotState.score
     needs_budget = True  # False: the policy keeps everything
+    reads_keys = False  # True: priority reads the stored keys (so rolling positions must have rotated them)
     scored = False  # True: some slots are kept by a per-(layer, KV head) score, so heads keep different tokens
     name = "full"
     about = ""  # one line of --help: what the policy keeps
@@ -167,6 +168,10 @@ class Delegating(KVPolicy):
     @property
     def scored(self) -> bool:
         return self.inner.scored
+
+    @property
+    def reads_keys(self) -> bool:
+        return self.inner.reads_keys
 
     def reserved(self) -> int:
         return self.inner.reserved()

@@ -132,6 +132,7 @@ class KNorm(KVPolicy):
     channels, which keeps its length (and rolling positions' re-rotation keeps it too)."""
 
     scored = True
+    reads_keys = True
     name = "knorm"
     about = "Devoto et al.: the tokens whose keys have the smallest L2 norm, per KV head"
 

@@ -19,6 +19,7 @@ from attnlab.kv.policies import KVPolicy, SlotState, register
 @dataclass(frozen=True)
 class KeyDiff(KVPolicy):
     scored = True
+    reads_keys = True
     name = "keydiff"
     about = "KeyDiff: the tokens whose keys differ most from the mean key direction, per KV head"
 

@@ -23,7 +23,9 @@ class RopeSpec:
 
     inv_freq: torch.Tensor  # (rot_dims / 2,) float32
     rot_dims: int
-    _cos_sin: dict = field(default_factory=dict, compare=False, repr=False)  # int delta -> (cos, sin), (1, rot)
+    # (what, device) -> made once (see _made): (int delta, D) -> its (cos, sin); ("table", most, D) -> those of
+    # 0..most; ("turns", m, D) -> turn_back's (D, m*D) matrices. Device None: where it was made (the CPU)
+    _cos_sin: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> "RopeSpec":
@@ -34,16 +36,18 @@ class RopeSpec:
         inv = mods[0].inv_freq.detach().float().clone()
         return cls(inv, 2 * inv.numel())
 
-    def rotate(self, k: torch.Tensor, delta: torch.Tensor | int) -> torch.Tensor:
+    def rotate(self, k: torch.Tensor, delta: torch.Tensor | int, most: int | None = None) -> torch.Tensor:
         """k (n, D) rotated by delta (n,) positions (or one int for all), in float32; rotate_half
-        layout (Llama, NeoX): dims (i, i + rot/2) pair up, (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)."""
-        d = k.shape[-1]
+        layout (Llama, NeoX): dims (i, i + rot/2) pair up, (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+        ``most``: every delta lies in 0..most, so its cos/sin are rows of a table made once."""
+        d, dev = k.shape[-1], k.device
         if isinstance(delta, int):  # steady decoding rotates by 1: its cos/sin are computed once
-            if (delta, d) not in self._cos_sin:
-                self._cos_sin[delta, d] = self._angles(torch.tensor([delta]), d)
-            cos, sin = (t.to(k.device) for t in self._cos_sin[delta, d])
+            cos, sin = self._made((delta, d), dev, lambda: self._angles(torch.tensor([delta]), d))
+        elif most is not None:  # a table lookup: cos and sin of thousands of rows cost more than the rotation
+            table = self._made(("table", most, d), dev, lambda: self._angles(torch.arange(most + 1), d))
+            cos, sin = (t[delta.to(dev)] for t in table)
         else:
-            cos, sin = self._angles(delta.to(k.device), d)
+            cos, sin = self._angles(delta.to(dev), d)
         # Why three ops and not rotate_half's cat: the cache re-rotates hundreds of keys per layer every step
         # (H2O with rolling positions), and each full-size temporary is one more pass over them.
         x, half = k.float(), self.rot_dims // 2
@@ -51,6 +55,24 @@ class RopeSpec:
         out[:, :half].addcmul_(x[:, half:self.rot_dims], sin, value=-1)
         out[:, half:self.rot_dims].addcmul_(x[:, :half], sin)
         return out.to(k.dtype)
+
+    def turn_back(self, x: torch.Tensor, m: int) -> torch.Tensor:
+        """x (n, D) rotated back by 0, 1, ..., m - 1 positions -> (n, m, D): one matmul with the rotations'
+        matrices (rotate is linear in each row, so rotate(I, -o) is its matrix), made once per (m, D)."""
+        d = x.shape[-1]
+        turns = self._made(("turns", m, d), x.device,  # (D, m*D): block o turns back by o
+                           lambda: torch.cat([self.rotate(torch.eye(d), -o) for o in range(m)], 1))
+        return (x.float() @ turns).view(-1, m, d).to(x.dtype)
+
+    def _made(self, key: tuple, device: torch.device, make):
+        """What ``make()`` gives (a tensor or a tuple of them), made once per key and kept on ``device``: a
+        decode step calls this per layer, and a copy to the GPU per call is a transfer per call."""
+        if (key, device) not in self._cos_sin:
+            made = self._cos_sin.get((key, None))
+            if made is None:
+                made = self._cos_sin[key, None] = make()
+            self._cos_sin[key, device] = made.to(device) if torch.is_tensor(made) else tuple(t.to(device) for t in made)
+        return self._cos_sin[key, device]
 
     def _angles(self, delta: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos (n, d), 1 past rot_dims, and sin (n, rot/2) of delta (n,) positions."""
