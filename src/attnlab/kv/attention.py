@@ -58,8 +58,9 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     if layer.score is not None or sink is not None or relu:  # materialise the probabilities (H2O scores on them)
         # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
         # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
-        qg = query.reshape(b, hkv, g * q, d)
-        logits = layer.logits(qg) * scaling  # (B, Hkv, g*q, S); rolling positions' owed rotations paid here
+        # scaled on the query's g*q rows, not on the logits' g*q*S: the same product, a pass over far fewer numbers
+        qg = query.reshape(b, hkv, g * q, d) * scaling
+        logits = layer.logits(qg)  # (B, Hkv, g*q, S); rolling positions' owed rotations paid here
         if mask is not None:
             logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
         probs = normalise(logits.view(b, hkv * g, q, s), sink, relu).view(b, hkv, g * q, s)

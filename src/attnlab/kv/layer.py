@@ -67,10 +67,12 @@ class PolicyLayer(CacheLayerMixin):
         """Take ``slots`` (name -> tensor with S slots on dim 2 or -1, or None) as the buffers, no headroom."""
         self.keys, self.values = slots["keys"], slots["values"]
         self._buf = dict(slots)
+        self._views: dict[str, torch.Tensor] = {}  # name -> the view _view made of its buffer (see _view)
         self._n = self.keys.shape[2]
         self._pos_offset = None  # the headroom's pos is unset
 
-    # pos, valid, score: views of their buffers made when read (a decode step reads them only to evict)
+    # pos, valid, score: views of their buffers made when read, kept while the stored count stays (a steady decode
+    # step reads them several times a layer, and a narrow costs what a small kernel launch does on the host)
     @property
     def pos(self) -> torch.Tensor | None:  # (B, H, S) long: each slot's stream index
         return self._view("pos")
@@ -84,8 +86,13 @@ class PolicyLayer(CacheLayerMixin):
         return self._view("score")
 
     def _view(self, name: str) -> torch.Tensor | None:
-        buf = self._buf.get(name)
-        return None if buf is None else buf.narrow(2, 0, self._n)
+        view = self._views.get(name)
+        if view is None or view.shape[2] != self._n:
+            buf = self._buf.get(name)
+            if buf is None:
+                return None
+            view = self._views[name] = buf.narrow(2, 0, self._n)
+        return view
 
     @property
     def new_slots(self) -> torch.Tensor:
@@ -109,6 +116,7 @@ class PolicyLayer(CacheLayerMixin):
                     new = buf.new_zeros(shape) if name != "valid" else buf.new_ones(shape)
                     new[:, :, :s] = buf[:, :, :s]
                     self._buf[name] = new
+            self._views = {}
             self._slot_ids = torch.arange(grown, device=self.device)
             self._pos_offset = None
         if self._pos_offset != self.seen - s:  # the headroom's stream indices: slot j holds seen - s + j
@@ -142,7 +150,8 @@ class PolicyLayer(CacheLayerMixin):
             self.keys.scatter_(2, d_idx.expand(-1, -1, -1, self.keys.shape[-1]), key_states)
             self.values.scatter_(2, d_idx.expand(-1, -1, -1, self.values.shape[-1]), value_states)
             self.pos.scatter_(2, evict, self.seen)
-            self.valid.scatter_(2, evict, True)
+            if self.any_pad:  # else every slot is valid already
+                self.valid.scatter_(2, evict, True)
             if self.score is not None:
                 self.score.scatter_(2, _per_slot(evict, self.score), 0.0)
             self._new, self._q = evict, 1
@@ -214,7 +223,9 @@ class PolicyLayer(CacheLayerMixin):
         return SlotState(pos=self.pos, seen=self.seen, score=self.score, first=self.n_pad, keys=self.keys)
 
     def _priority(self) -> torch.Tensor:  # (B, H, S); padding goes first
-        return self.policy.priority(self.state()).masked_fill(~self.valid, float("-inf"))
+        priority = self.policy.priority(self.state())
+        # every slot is valid unless a row was padded or a shared budget masks slots (both set any_pad)
+        return priority.masked_fill(~self.valid, float("-inf")) if self.any_pad else priority
 
     def _evict(self, n: int) -> None:
         """Keep the S - n slots of highest priority (per batch row and KV head)."""
