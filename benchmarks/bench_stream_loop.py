@@ -10,7 +10,10 @@ in one run, the variants taking turns repeat by repeat (so the machine's drift h
 - ``stream, full``: stream_nll through PolicyCache with the full policy (what ``attnlab stream --policy
   full`` runs: our cache layer and attention function, nothing evicted);
 - ``stream, sinks``: the same with sinks+window at --budget (eviction every step once the budget is full);
-- ``stream, h2o``: the same with H2O at --budget (the attention probabilities materialised for its scores).
+- ``stream, h2o``: the same with H2O at --budget (the attention probabilities materialised for its scores);
+- ``stream, h2o rolling`` and ``..., rotations owed``: H2O with rolling positions, the kept keys older than each
+  evicted one rotated at once, or owing their rotations for 4 evictions and paid through the query
+  (``attnlab.kv.rolling``; issue 56 item 6: on a GPU, where each small op is a launch, owing should pay).
 
 The model is a randomly initialised one of a real config (speed does not depend on what weights learned;
 a GPU machine may reach no model hub). Goal on a GPU (issue 56): full, sinks and h2o each >= 0.95x ``plain``,
@@ -62,7 +65,13 @@ def variants(model, budget: int) -> dict:
             "stream, full": lambda ids: stream_nll(model, ids, PolicyCache(model, make_policy("full"))),
             "stream, sinks": lambda ids: stream_nll(model, ids,
                                                     PolicyCache(model, make_policy("sinks", budget=budget))),
-            "stream, h2o": lambda ids: stream_nll(model, ids, PolicyCache(model, make_policy("h2o", budget=budget)))}
+            "stream, h2o": lambda ids: stream_nll(model, ids, PolicyCache(model, make_policy("h2o", budget=budget))),
+            "stream, h2o rolling": lambda ids: stream_nll(model, ids, PolicyCache(
+                model, make_policy("h2o", budget=budget), "rolling")),
+            "stream, h2o rolling, rotations owed": lambda ids: stream_nll(model, ids, PolicyCache(
+                model, make_policy("h2o", budget=budget), "rolling", lag_limit=OWED))}
+
+OWED = 4  # evictions the owed-rotations row lets H2O's keys owe (attnlab.kv.rolling)
 
 
 GOAL_LOOPS = ("stream, full", "stream, sinks", "stream, h2o")
@@ -144,6 +153,9 @@ def main(argv=None) -> int:
                            "stream_full_x_plain": judged["stream, full"]}
         print(f"\nfull, sinks, h2o at {', '.join(f'{v:.3f}' for v in judged.values())}x the plain loop: goal >= 0.95x "
               f"each {'met' if met else 'not met'}")
+        owed = {r["loop"]: r["x_plain"] for r in rows if r["loop"].startswith("stream, h2o rolling")}
+        figures["owed_over_rotated"] = owed["stream, h2o rolling, rotations owed"] / owed["stream, h2o rolling"]
+        print(f"H2O rolling, rotations owed over rotated at once: {figures['owed_over_rotated']:.3f}x")
         if args.profile:
             figures["profile"] = {name: profile(fns[name], ids[:args.profile + 1], args.device)
                                   for name in ("plain", "stream, full")}

@@ -30,6 +30,8 @@ def test_the_report_names_each_loop_and_its_ratio(bench, capsys, tmp_path):
     assert mod.main(["--device", "cpu", "--tokens", "8", "--repeats", "1", "--dtype", "float32",
                      "--out", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
-    for name in ("plain", "stream, DynamicCache", "stream, full", "stream, sinks", "stream, h2o"):
+    for name in ("plain", "stream, DynamicCache", "stream, full", "stream, sinks", "stream, h2o", "stream, h2o rolling",
+                 "stream, h2o rolling, rotations owed"):
         assert f"| {name} |" in out
+    assert "rotations owed over rotated at once" in out
     assert (tmp_path / "r" / "result.json").exists() and "goal >= 0.95x each" in out

@@ -16,8 +16,9 @@ are today's up to float rounding, so a policy's choices are too. Only where atte
 
 Owing is opt-in (``PolicyCache(..., lag_limit=4)``): on the 2-core CPU measured (the "rotations owed" row of
 benchmarks/bench_kv_decode.py) it rotates far fewer keys, yet the turned query, the taller matmul, the take
-and the settles cost about what they save. A GPU, where each small op is a launch and the taller matmul is
-nearly free, is where it should pay; not yet measured there.
+and the settles cost about what they save. A GPU is where it should pay: each small op there is a launch, the
+taller matmul nearly free, and rotating at once waits on the host at every layer (``nonzero``), owing once in
+``lag_limit`` evictions. Not yet measured there (``benchmarks/bench_stream_loop.py`` times both).
 """
 from __future__ import annotations
 
