@@ -57,7 +57,8 @@ def test_a_method_written_as_its_spec_reads_back_equal(name):
 
 def test_options_are_the_mechanisms_own_fields():
     assert [f.name for f in methods.load().get("yarn").options()] == ["factor", "beta_fast", "beta_slow"]
-    assert [f.name for f in methods.load().get("sinks+h2o").options()] == ["budget", "recent", "n_sink", "positions"]
+    assert [f.name for f in methods.load().get("sinks+h2o").options()] == ["budget", "recent", "n_sink", "positions",
+                                                                             "lag_limit"]
     h2o = methods.parse("h2o:budget=0.2,recent=16,positions=rolling")
     assert h2o.policy() == make_policy("h2o", 0.2, recent=16) and h2o.positions == "rolling"
     assert methods.parse("yarn:factor=4,beta_fast=16").scaling() == SCALINGS.get("yarn")(4.0, 16.0, 1.0)
@@ -152,6 +153,22 @@ def test_an_evicting_policy_changes_generate_and_its_handle_makes_caches():
             own = _gen(model, ids, cache)
     assert not torch.equal(evicted[1], dense[1]) and torch.equal(own[1], evicted[1])
     assert applied.spec() == "window:budget=4"
+
+
+def test_a_kv_methods_lag_limit_reaches_its_caches():
+    """``lag_limit`` is the cache's option, not the policy's: generate's cache and the handle's own caches owe
+    their rotations, and generate decodes what rotating at each eviction decodes."""
+    model, ids = tiny("llama"), random_ids(T, seed=4)[None]
+    with attnlab.apply(model, "h2o:budget=6,positions=rolling") as applied:
+        at_once = _gen(model, ids)
+    with attnlab.apply(model, "h2o:budget=6,positions=rolling,lag_limit=3") as applied:
+        owed = _gen(model, ids)
+        with applied.handle("kv").cache() as cache:
+            _gen(model, ids, cache)
+    assert torch.equal(owed[0], at_once[0]) and torch.allclose(owed[1], at_once[1], atol=1e-5)
+    assert all(layer.lag_limit == 3 for layer in cache.layers) and cache.layers[0].rolling.turns > 0
+    with pytest.raises(UsageError, match="lag_limit"):
+        attnlab.apply(model, "h2o:budget=6,positions=rolling,lag_limit=-1").__enter__()
 
 
 def test_a_rule_that_calibrates_needs_the_tokenizer():

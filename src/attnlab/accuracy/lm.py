@@ -34,10 +34,11 @@ class EvictingLM(TemplateLM):
     policy: transformers' own cache, the context in one forward)."""
 
     def __init__(self, model, tok, policy: KVPolicy | None = None, positions: str = "original", chunk: int = 32,
-                 progress=None):
+                 progress=None, lag_limit: int = 0):
         super().__init__()
         self.model, self.tokenizer = model.eval(), tok
         self.policy, self.positions, self.chunk, self.progress = policy, positions, chunk, progress
+        self.lag_limit = lag_limit  # rolling positions: evictions kept keys may owe their rotations for
         self.evicted: dict[str, list[float]] = defaultdict(list)  # task -> per context, share of its tokens evicted
         self._tasks: list[str] = []
 
@@ -91,7 +92,7 @@ class EvictingLM(TemplateLM):
     def _score_group(self, context: list[int], continuations: list[list[int]], task: str):
         device = self.model.device
         cache = DynamicCache(config=self.model.config) if self.policy is None else \
-            PolicyCache(self.model, self.policy, self.positions)
+            PolicyCache(self.model, self.policy, self.positions, lag_limit=self.lag_limit)
         with cache if self.policy is not None else contextlib.nullcontext():
             prefix = torch.tensor(context[:-1], device=device)  # (T-1,)
             chunk = self.chunk if self.policy is not None else max(1, prefix.numel())  # dense: one forward

@@ -83,7 +83,8 @@ def _one_task(cfg: EvalRun, task: Task, folder: Path, options: list[int], model,
     from attnlab.accuracy.lm import EvictingLM
 
     kv = cfg.kv_method()
-    lm = EvictingLM(model, tok, kv.policy() if kv else None, kv.positions if kv else "original", cfg.chunk, progress)
+    lm = EvictingLM(model, tok, kv.policy() if kv else None, kv.positions if kv else "original", cfg.chunk, progress,
+                    lag_limit=kv.lag_limit if kv else 0)
     t0 = time.perf_counter()
     with contextlib.redirect_stderr(io.StringIO()), _lean_lm_eval():  # lm-eval's progress bars hidden; ours shows
         out = evaluator.simple_evaluate(model=lm, tasks=[task_config(task, folder, cfg.shots)],

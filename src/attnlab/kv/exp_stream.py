@@ -27,7 +27,7 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
     model, tok = load_model(cfg.model, ctx.device)
     ids = with_sink(model, text_ids(tok, cfg.text, cfg.tokens, "--text PATH"))
     check_sink_slot(model, policy)
-    cache = PolicyCache(model, policy, kv.positions)  # refuses rolling on learned positions, before any work
+    cache = kv.cache(model)  # refuses rolling on learned positions, before any work
     runs = {}
     # every cache below runs on the same model as the other methods leave it (quantized, scaled, sparse)
     with apply(model, *[m for m in methods if m.kind != "kv"],

@@ -1,5 +1,6 @@
 """Every KV-cache policy as a method (kind ``kv``): its options are the policy's own fields (``budget``,
-``n_sink``, ``recent``, and whatever a new policy declares) plus where kept tokens sit (``positions``).
+``n_sink``, ``recent``, and whatever a new policy declares) plus the cache's own: where kept tokens sit
+(``positions``) and, with rolling positions, how long kept keys may owe their rotations (``lag_limit``).
 
 Entered, a KV method hands ``model.generate`` an evicting cache: inside the stack, ``model.generate(...)``
 without a ``past_key_values`` of its own runs through a fresh :class:`~attnlab.kv.cache.PolicyCache` of the
@@ -18,6 +19,8 @@ from attnlab.experiments.command import option
 from attnlab.kv.policies import POLICIES, POSITIONS, KVPolicy, make_policy
 from attnlab.methods.base import METHODS, Method, derived
 
+CACHE_OPTIONS = ("positions", "lag_limit")  # the cache's options, not the policy's
+
 # the help and bounds of the options every policy shares; a policy's own field may carry its own option()
 SHARED = {"budget": option(None, "tokens kept (256) or a share of those seen (0.2)", bounds="> 0"),
           "n_sink": option(4, "first tokens always kept (attention sinks)", bounds=">= 0"),
@@ -31,8 +34,14 @@ class KVMethod(Method):
     kind = "kv"
 
     def policy(self) -> KVPolicy:
-        own = {f.name: getattr(self, f.name) for f in self.options() if f.name != "positions"}
+        own = {f.name: getattr(self, f.name) for f in self.options() if f.name not in CACHE_OPTIONS}
         return make_policy(self.name, **own)
+
+    def cache(self, model):
+        """A fresh :class:`~attnlab.kv.cache.PolicyCache` of this method for ``model`` (enter it: ``with``)."""
+        from attnlab.kv.cache import PolicyCache  # transformers: only once a model runs
+
+        return PolicyCache(model, self.policy(), self.positions, lag_limit=self.lag_limit)
 
     def check(self) -> None:
         if self.positions not in POSITIONS:
@@ -45,22 +54,21 @@ class KVMethod(Method):
         return self._labelled(head, "budget")
 
     def enter(self, model, ctx) -> "Evicting":
-        return Evicting(model, self.policy(), self.positions)
+        self.policy()  # an impossible policy fails here, before generate is wrapped
+        return Evicting(model, self)
 
 
 class Evicting:
     """Context manager: inside, ``model.generate`` runs through a fresh evicting cache unless given one."""
 
-    def __init__(self, model, policy: KVPolicy, positions: str):
-        self.model, self.policy, self.positions = model, policy, positions
+    def __init__(self, model, method: KVMethod):
+        self.model, self.method = model, method
         self._own = None
 
     def cache(self):
-        """A fresh :class:`~attnlab.kv.cache.PolicyCache` of this policy for ``model`` (enter it: ``with
+        """A fresh :class:`~attnlab.kv.cache.PolicyCache` of this method for ``model`` (enter it: ``with
         handle.cache() as cache``)."""
-        from attnlab.kv.cache import PolicyCache  # transformers: only once a model runs
-
-        return PolicyCache(self.model, self.policy, self.positions)
+        return self.method.cache(self.model)
 
     def __enter__(self) -> "Evicting":
         self._own = self.model.__dict__.get("generate")  # an instance's own generate (a hook's) comes back too
@@ -92,7 +100,10 @@ def _options(policy: type[KVPolicy]) -> list[tuple]:
         for f in dataclasses.fields(policy) if f.init]
     return own + [("positions", str, option("original", "where kept tokens sit: original (their stream positions, "
                                                         "as H2O's masks) or rolling (their ranks in the cache, as "
-                                                        "StreamingLLM)"))]
+                                                        "StreamingLLM)")),
+                  ("lag_limit", int, option(0, "rolling positions, a scored policy: evictions kept keys may owe their "
+                                               "rotations for, paid through the query (0: rotated at each)",
+                                            bounds=">= 0"))]
 
 
 METHODS.provide(POLICIES, lambda name, policy: derived(KVMethod, f"{policy.__name__}Method", name, policy.about,
