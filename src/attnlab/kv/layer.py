@@ -34,7 +34,9 @@ class PolicyLayer(CacheLayerMixin):
         super().__init__()
         self.policy, self.rope = policy, rope
         self.start = start  # the model's position of the stream's first token
-        self.lag_limit = lag_limit  # rolling positions, scored policy: evictions keys may owe rotations for (0: none)
+        # evictions the kept keys may owe their rotations for (rolling positions; 0: none): only where attention
+        # materialises its logits (a scored policy) and no priority reads the keys
+        self.lag_limit = lag_limit if policy.needs_scores and not policy.reads_keys else 0
         self.seen = 0  # tokens this layer has seen (the stream length)
         self.n_pad = None
         self._buf: dict[str, torch.Tensor | None] = {}  # the slot tensors' buffers (see _adopt)
@@ -145,7 +147,7 @@ class PolicyLayer(CacheLayerMixin):
         if n_over > 0 and q == 1 and n_over == 1 and not self.policy.shares_budget():
             evict = self._priority().argmin(-1, keepdim=True)  # (B, H, 1)
             if self.rolling is not None:  # older kept keys move forward by 1, now or owed
-                self.rolling.evicted(self._buf["keys"], self.pos, self.pos.gather(-1, evict), evict, self._lag_limit())
+                self.rolling.evicted(self._buf["keys"], self.pos, self.pos.gather(-1, evict), evict, self.lag_limit)
             d_idx = evict[..., None]
             self.keys.scatter_(2, d_idx.expand(-1, -1, -1, self.keys.shape[-1]), key_states)
             self.values.scatter_(2, d_idx.expand(-1, -1, -1, self.values.shape[-1]), value_states)
@@ -256,11 +258,6 @@ class PolicyLayer(CacheLayerMixin):
     def rerotated(self) -> int:
         """Keys re-rotated so far (rolling positions): what the evictions have cost."""
         return 0 if self.rolling is None else self.rolling.rotated
-
-    def _lag_limit(self) -> int:
-        """Evictions the keys may owe their rotations for: only where attention materialises its logits (a
-        scored policy) and no priority reads the keys."""
-        return self.lag_limit if self.policy.needs_scores and not self.policy.reads_keys else 0
 
     def settle(self) -> None:
         """Pay the rotations the stored keys owe (rolling positions): ``keys`` then hold every key as rolling

@@ -54,7 +54,6 @@ class KVMethod(Method):
         return self._labelled(head, "budget")
 
     def enter(self, model, ctx) -> "Evicting":
-        self.policy()  # an impossible policy fails here, before generate is wrapped
         return Evicting(model, self)
 
 

@@ -23,8 +23,8 @@ class RopeSpec:
 
     inv_freq: torch.Tensor  # (rot_dims / 2,) float32
     rot_dims: int
-    # (what, device) -> made once (see _made): (int delta, D) -> its (cos, sin); ("table", most, D) -> those of
-    # 0..most; ("turns", m, D) -> turn_back's (D, m*D) matrices. Device None: where it was made (the CPU)
+    # (what, device) -> made once per device (see _made): (int delta, D) -> its (cos, sin); ("table", most, D) ->
+    # those of 0..most; ("turns", m, D) -> turn_back's (D, m*D) matrices
     _cos_sin: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -68,9 +68,7 @@ class RopeSpec:
         """What ``make()`` gives (a tensor or a tuple of them), made once per key and kept on ``device``: a
         decode step calls this per layer, and a copy to the GPU per call is a transfer per call."""
         if (key, device) not in self._cos_sin:
-            made = self._cos_sin.get((key, None))
-            if made is None:
-                made = self._cos_sin[key, None] = make()
+            made = make()
             self._cos_sin[key, device] = made.to(device) if torch.is_tensor(made) else tuple(t.to(device) for t in made)
         return self._cos_sin[key, device]
 
