@@ -46,3 +46,19 @@ def test_the_table_its_goal_and_ledger(bench, capsys):
     assert led["bytes_per_token"] == 400 and led["roofline_tokens_per_s"] == 25 and led["yield"] == pytest.approx(1.2)
     assert rows["llama.cpp Q8_0"]["ledger"]["yield"] == pytest.approx(50 * 160 / 10_000)
     assert "goal >= 0.8x not met" in capsys.readouterr().out
+    assert figures["goal"]["paired"]["status"] == "not met"
+
+
+def test_the_goal_turn_by_turn_holds_only_where_its_interval_decides(bench):
+    """Ratios turn by turn; the sign test's interval of their median: extremes for 5 turns (1 - 2/32 of the
+    time), the 2nd from each end for 10 (1 - 22/1024), and the goal's status from where that interval lies."""
+    slow = [50.0, 80.0, 60.0, 70.0, 40.0]  # the host's drift: both sides slower in the same turns
+    got = bench.paired([0.81 * x for x in slow], slow, 0.8)
+    assert got["status"] == "met" and got["low"] == pytest.approx(0.81) and got["n"] == 5
+    assert got["level"] == pytest.approx(1 - 2 / 32)
+    got = bench.paired([0.75, 0.79, 0.83, 0.9, 0.85], [1.0] * 5, 0.8)
+    assert (got["low"], got["high"], got["median"], got["status"]) == (0.75, 0.9, 0.83, "unresolved")
+    assert bench.paired([0.7, 0.79], [1.0, 1.0], 0.8)["status"] == "not met"
+    ten = bench.paired([0.5, 0.81, 0.82, 0.83, 0.84, 0.85, 0.86, 0.87, 0.88, 2.0], [1.0] * 10, 0.8)
+    assert (ten["low"], ten["high"], ten["status"]) == (0.81, 0.88, "met")  # one outlier each side does not decide
+    assert ten["level"] == pytest.approx(1 - 2 * 11 / 1024)

@@ -166,6 +166,9 @@ def test_attnlab_train_llama_checkpoint_loads_with_transformers_and_generates(co
     assert "compiled the decode step in" in said.err and "tokens/s" in said.err
     assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "x", "--temperature", "0.5",
                      "--compile"]) == 2
+    capsys.readouterr()
+    assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "x", "--compile", "c"]) == 2
+    assert "give one of python, cpp" in capsys.readouterr().err
     assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "All:", "--temperature", "0.9",
                      "--top-k", "5", "--max-new-tokens", "4", "--seed", "3"]) == 0
     assert cli.main(["generate", "--model", str(out / "model"), "--prompt", "x", "--max-new-tokens", "0"]) == 2

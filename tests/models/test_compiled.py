@@ -32,13 +32,14 @@ def compiled_greedy(dec, ids, steps):
     return [int(x.argmax()) for x in logits], torch.cat(logits)
 
 
-@pytest.mark.parametrize("quant", [None, "int8"])
-def test_compiled_step_writes_the_eager_logits(quant):
+@pytest.mark.parametrize("quant,wrapper", [(None, "python"), ("int8", "python"), ("int8", "cpp")])
+def test_compiled_step_writes_the_eager_logits(quant, wrapper):
+    """Through the Python wrapper and the C++ one (inductor's cpp_wrapper): the same kernels, the same logits."""
     model = tiny("llama", hidden_size=64, intermediate_size=128)  # int8's kernel wants K a multiple of 16
     ids, steps = random_ids(12, seed=3), 10
     with QuantizedWeights(model, quant) if quant else torch.no_grad():
         want_tokens, want = eager_greedy(model, ids, steps)
-        dec = CompiledDecode(model, max_len=ids.numel() + steps)
+        dec = CompiledDecode(model, max_len=ids.numel() + steps, wrapper=wrapper)
         got_tokens, got = compiled_greedy(dec, ids, steps)
         assert got_tokens == want_tokens
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
@@ -81,6 +82,28 @@ def test_past_the_static_cache_is_one_usage_error():
     dec = CompiledDecode(model, max_len=4)
     with pytest.raises(UsageError, match="larger max_len"):
         dec.prefill(random_ids(5)[None])
+
+
+def test_a_model_changed_after_building_is_one_usage_error():
+    """The step keeps no guards on the model's modules (checked before every call, they are a real share of
+    a SmolLM2 step): entering a method after building, or leaving it, is caught at the next sequence's
+    prefill, not decoded through a stale graph."""
+    model, ids = tiny("llama", hidden_size=64, intermediate_size=128), random_ids(6)[None]
+    dec = CompiledDecode(model, max_len=8)
+    dec.prefill(ids)
+    with QuantizedWeights(model, "int8"):
+        with pytest.raises(UsageError, match="model changed"):
+            dec.prefill(ids)
+        inside = CompiledDecode(model, max_len=8)
+        inside.prefill(ids)
+    with pytest.raises(UsageError, match="model changed"):
+        inside.prefill(ids)
+    dec.prefill(ids)  # the model is as it was built again
+
+
+def test_an_unknown_wrapper_is_one_usage_error():
+    with pytest.raises(UsageError, match="python, cpp"):
+        CompiledDecode(tiny("llama"), max_len=8, wrapper="c")
 
 
 def test_no_compiler_is_one_usage_error(monkeypatch):

@@ -78,9 +78,11 @@ def _add_generate(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: sample")
     p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0: all)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compile", action="store_true",
+    p.add_argument("--compile", nargs="?", const="python", metavar="WRAPPER",
                    help="greedy decode through a static cache with the step compiled once (torch.compile; needs a "
-                   "C++ compiler): the same tokens, faster per token once compiled (tens of seconds for SmolLM2)")
+                   "C++ compiler): the same tokens, faster per token once compiled (tens of seconds for SmolLM2). "
+                   "`--compile cpp` calls the step's kernels from C++, not Python: minutes more to compile once, "
+                   "a faster step")
 
 
 def cmd_models(args) -> int:
@@ -105,7 +107,7 @@ def cmd_models(args) -> int:
     raise UsageError("models: give a subcommand, e.g. `attnlab models list` or `attnlab models fetch smollm2`")
 
 
-def _compiled_greedy(model, ids, max_new: int):
+def _compiled_greedy(model, ids, max_new: int, wrapper: str):
     """(ids (1, T) and the greedy continuation through attnlab.models.compiled, stopping where generate would
     at the model's end-of-sequence tokens; the compile's seconds): the compile happens first, on its own line."""
     import torch
@@ -113,7 +115,7 @@ def _compiled_greedy(model, ids, max_new: int):
     from attnlab.models.compiled import CompiledDecode
 
     eos = model.generation_config.eos_token_id
-    dec = CompiledDecode(model, max_len=ids.shape[1] + max_new)
+    dec = CompiledDecode(model, max_len=ids.shape[1] + max_new, wrapper=wrapper)
     compile_s = dec.warm(ids)
     print(f"compiled the decode step in {compile_s:.1f} s", file=sys.stderr)
     new = dec.greedy(ids, max_new, set([eos] if isinstance(eos, int) else eos or []))
@@ -127,6 +129,10 @@ def cmd_generate(args) -> int:
 
     if args.max_new_tokens < 1 or args.temperature < 0 or args.top_k < 0:
         raise UsageError("--max-new-tokens must be >= 1, --temperature and --top-k >= 0")
+    if args.compile:
+        from attnlab.models.compiled import check_wrapper
+
+        check_wrapper(args.compile)  # before the model loads
     model, tok = load_model_and_tokenizer(args.model)  # the one resolver: alias, folder, train run, hub id
     ids = tok(args.prompt, return_tensors="pt", add_special_tokens=False).input_ids  # (1, T)
     if ids.numel() == 0:
@@ -137,7 +143,7 @@ def cmd_generate(args) -> int:
         raise UsageError("--compile decodes greedily: drop --temperature (or --compile)")
     t0, compile_s = time.perf_counter(), 0.0
     if args.compile:
-        out, compile_s = _compiled_greedy(model, ids, args.max_new_tokens)
+        out, compile_s = _compiled_greedy(model, ids, args.max_new_tokens, args.compile)
     else:
         out = model.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=sample,
                              temperature=args.temperature if sample else None, top_k=args.top_k or None,

@@ -1,6 +1,7 @@
 """A decode step captured once: transformers' StaticCache and ``torch.compile`` of the one-token forward.
 
     dec = CompiledDecode(model, max_len=T + steps)   # weights as they are: fp32, bf16, QuantizedWeights inside
+    dec = CompiledDecode(model, max_len, wrapper="cpp")  # the graph's kernels called from C++, not Python
     logits = dec.prefill(ids)                        # ids (1, T) -> (1, vocab) at the last position, eager
     logits = dec.step(token)                         # token (1, 1) -> (1, vocab), the compiled graph
 
@@ -11,6 +12,15 @@ loops and keeps the matrix products as calls to the same kernels (``benchmarks/b
 what it pays against llama.cpp). The graph is compiled on the first step (tens of seconds for a 30-layer
 model on 2 cores) and reused while shapes hold: the cache's length is fixed at ``max_len``.
 
+Two costs of a compiled step that are not its kernels, both paid on every step (bench_llamacpp times them):
+- Dynamo's guards: before each call it checks the model's every module and parameter against the ones it
+  compiled for. The step keeps only the guards on its own inputs (the token, its position, grad mode); a model
+  changed since the step was built (a method entered or left, a module swapped) is caught once per sequence
+  instead, at ``prefill``, which compares the model's modules and their forwards with those at construction.
+- The graph's wrapper: inductor calls the graph's few hundred kernels from generated Python by default;
+  ``wrapper="cpp"`` generates C++ for that too (inductor's ``cpp_wrapper``), which costs minutes more to
+  compile once (inductor keeps it on disk) and takes a per-step Python loop away.
+
 The full cache only: a KV policy changes the cache's contents' shape step by step, which one static graph
 cannot hold. The same tokens in, the same logits out as the eager DynamicCache decode, to float rounding
 (tests/models/test_compiled.py).
@@ -20,6 +30,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import types
 
 import torch
 from torch import nn
@@ -28,8 +39,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from attnlab.core.errors import UsageError
+from attnlab.core.weights import ATTR
 
 ATTN_NAME = "attnlab_grouped"
+WRAPPERS = ("python", "cpp")  # what calls the compiled graph's kernels (inductor's cpp_wrapper for "cpp")
 
 
 def grouped_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -61,7 +74,8 @@ def register() -> None:
 class CompiledDecode:
     """Greedy-ready decode of one sequence (batch 1) through a static cache of ``max_len`` positions."""
 
-    def __init__(self, model: nn.Module, max_len: int):
+    def __init__(self, model: nn.Module, max_len: int, wrapper: str = "python"):
+        check_wrapper(wrapper)
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":
             require_compiler()
@@ -70,7 +84,11 @@ class CompiledDecode:
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.pos = 0
         self._token = torch.zeros(1, 1, dtype=torch.long, device=self.device)
-        self._step = torch.compile(self._forward, dynamic=False)
+        self._built = _fingerprint(model)
+        options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,  # prefill checks
+                   "cpp_wrapper": wrapper == "cpp"}
+        self._step = torch.compile(types.MethodType(_own_code(CompiledDecode._forward), self), dynamic=False,
+                                   options=options)
 
     @torch.no_grad()
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -96,6 +114,9 @@ class CompiledDecode:
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
         """Start the sequence afresh: ids (1, T) -> (1, vocab) logits at position T - 1 (eager: one call of
         its own shape would cost a compile of its own)."""
+        if _fingerprint(self.model) != self._built:  # the step keeps no guards on the model: this is its check
+            raise UsageError("the model changed since this CompiledDecode was built (a method entered or left, "
+                             "a module swapped): build a new CompiledDecode for the model as it is now")
         self.cache.reset()
         self.pos = 0
         return self._forward(ids, self._positions(ids.shape[1]))
@@ -125,6 +146,24 @@ class CompiledDecode:
         while len(new) < max_new and new[-1] not in eos:
             new.append(int(self.step(torch.tensor([new[-1:]]))[0].argmax()))
         return torch.tensor([new])
+
+
+def check_wrapper(wrapper: str) -> None:
+    """A UsageError unless ``wrapper`` is one of WRAPPERS."""
+    if wrapper not in WRAPPERS:
+        raise UsageError(f"wrapper {wrapper!r}: give one of {', '.join(WRAPPERS)} (--compile cpp, or --compile)")
+
+
+def _own_code(fn: types.FunctionType) -> types.FunctionType:
+    """fn with a code object of its own. Dynamo keeps its graphs per code object, and without guards on the
+    model one CompiledDecode's graph would pass for another's: each instance compiles, and keeps, its own."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def _fingerprint(model: nn.Module) -> tuple:
+    """What the compiled step took as fixed: each module, the forward set on it (a method's, e.g. QuantForward),
+    and the quantized weight a scheme keeps on it (attnlab.core.weights.ATTR)."""
+    return tuple((id(m), id(m.__dict__.get("forward")), id(getattr(m, ATTR, None))) for m in model.modules())
 
 
 def require_compiler() -> None:
