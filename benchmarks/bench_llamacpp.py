@@ -217,11 +217,11 @@ def report(figures: dict, sides: list, speeds: dict, tokens: dict, bandwidth: fl
 
 
 def paired(a: list[float], b: list[float], goal: float, level: float = 0.95) -> dict:
-    """a's speed over b's, turn by turn (each turn's two runs minutes apart at most: the host's drift cancels),
-    with the sign test's interval of their median: the k-th lowest and k-th highest of n ratios bound it with
-    probability 1 - 2 P(Binomial(n, 1/2) < k) whatever their distribution, k the largest that keeps ``level``
-    (k = 1, the extremes, when none does: 94% for 5 turns). The goal is met when the interval's low end
-    reaches it, not met when its high end falls short, and unresolved between."""
+    """a's speed over b's, turn by turn (a turn's two runs are minutes apart at most, so the host's slower and
+    faster spells fall on both), with the sign test's interval of their median: the k-th lowest and k-th
+    highest of n ratios bound it with probability 1 - 2 P(Binomial(n, 1/2) < k) whatever their distribution,
+    k the largest that keeps ``level`` (k = 1, the extremes, when none does: 94% for 5 turns). The goal is met
+    when the interval's low end reaches it, not met when its high end falls short, and unresolved between."""
     ratios = sorted(x / y for x, y in zip(a, b))
     n = len(ratios)
     cover = [1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n for k in range(1, max(n // 2, 1) + 1)]
