@@ -101,6 +101,19 @@ def test_a_model_changed_after_building_is_one_usage_error():
     dec.prefill(ids)  # the model is as it was built again
 
 
+def test_each_compiled_decode_keeps_its_own_graph():
+    """Without guards on the model, one CompiledDecode's graph must not pass for another's: a float model's step
+    compiled first, an int8 model's step after it decodes the int8 model's own logits."""
+    ids, steps = random_ids(8, seed=6), 4
+    first = tiny("llama", hidden_size=64, intermediate_size=128)
+    compiled_greedy(CompiledDecode(first, max_len=ids.numel() + steps), ids, steps)
+    model = tiny("llama", hidden_size=64, intermediate_size=128)
+    with QuantizedWeights(model, "int8"):
+        _, want = eager_greedy(model, ids, steps)
+        _, got = compiled_greedy(CompiledDecode(model, max_len=ids.numel() + steps), ids, steps)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_an_unknown_wrapper_is_one_usage_error():
     with pytest.raises(UsageError, match="python, cpp"):
         CompiledDecode(tiny("llama"), max_len=8, wrapper="c")
