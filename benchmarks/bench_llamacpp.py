@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.models.compiled import WRAPPERS
+from attnlab.models.compiled import WRAPPERS, CompiledDecode
 
 from host import add_out, machine, parser, positive_int, recorded  # benchmarks/host.py
 
@@ -116,8 +116,6 @@ class Compiled:
     cache and the step compiled once, here, before the turns (so no turn times the compile)."""
 
     def __init__(self, eager: Attnlab, wrapper: str):
-        from attnlab.models.compiled import CompiledDecode
-
         self.name, self.prompt, self.eager = f"{eager.name} compiled", eager.prompt, eager.name
         self.dec = CompiledDecode(eager.model, max_len=PROMPT + STEPS, wrapper=wrapper)
         t0 = time.perf_counter()
