@@ -90,15 +90,17 @@ class CompiledDecode:
         self._step = torch.compile(types.MethodType(_own_code(CompiledDecode._forward), self), dynamic=False,
                                    options=options)
 
-    @torch.no_grad()
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (1, n), pos (n,) their positions -> (1, vocab) logits at the last one; the model's attention is
-        grouped_attention for the call only (the model outside is as it was)."""
+        grouped_attention for the call only (the model outside is as it was). no_grad inside, not as a
+        decorator: Dynamo skips torch's decorator frame and would cache the graph on this function's shared
+        code object, not on the instance's own copy (_own_code)."""
         config = self.model.config
         before, config._attn_implementation = config._attn_implementation, ATTN_NAME
         try:
-            out = self.model(ids, past_key_values=self.cache, cache_position=pos, position_ids=pos[None],
-                             logits_to_keep=1, use_cache=True)
+            with torch.no_grad():
+                out = self.model(ids, past_key_values=self.cache, cache_position=pos, position_ids=pos[None],
+                                 logits_to_keep=1, use_cache=True)
         finally:
             config._attn_implementation = before
         return out.logits[:, -1]
