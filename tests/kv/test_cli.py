@@ -59,7 +59,7 @@ def test_stream_is_a_run_like_any_experiment(setup, tmp_path):
     config = json.loads((out / "config.json").read_text())
     # the older --policy/--budget are read as the method they spell: config.json holds it, no per-method field
     assert config == {"experiment": "stream", "model": str(model), "text": str(text), "tokens": 40, "chunk": 1,
-                      "recompute": False, "dense": False, "compile": False,
+                      "recompute": False, "dense": False, "compile": False, "compile_wrapper": "python",
                       "methods": ["window:budget=8,positions=rolling"], "device": "cpu"}
     m = json.loads((out / "metrics.json").read_text())
     assert m["experiment"] == "stream" and m["claims"] == [] and m["claim_counts"]["holds"] == 0
@@ -79,10 +79,32 @@ def test_stream_compiled_reads_the_same_text_as_the_eager_full_cache(setup, tmp_
                  "--compile", "--no-dense", "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
     nll = json.loads((out / "nll.json").read_text())
-    assert list(m["runs"]) == ["full", "full, compiled"] and m["compile_s"] > 0
+    assert list(m["runs"]) == ["full", "full, compiled"] and m["compile_s"] > 0 and m["compile_wrapper"] == "python"
     np.testing.assert_allclose(nll["full, compiled"], nll["full"], rtol=1e-4, atol=1e-4)
     full, compiled = m["runs"]["full"]["ledger"], m["runs"]["full, compiled"]["ledger"]
     assert compiled["weight_bytes"] == full["weight_bytes"] and compiled["kv_bytes"] > full["kv_bytes"]
+
+
+@pytest.mark.slow
+def test_stream_compile_wrapper_reaches_the_compiled_step(setup, tmp_path, monkeypatch):
+    """--compile-wrapper is the wrapper the compiled step is built with, and metrics.json says which. (The C++
+    wrapper's equality with the Python one is tests/models/test_compiled.py's; its compile takes minutes, so
+    the step here is built as asked and then compiled with the Python wrapper.)"""
+    from attnlab.models import compiled
+
+    asked = []
+
+    class Recorded(compiled.CompiledDecode):
+        def __init__(self, model, max_len, wrapper="python"):
+            asked.append(wrapper)
+            super().__init__(model, max_len, wrapper="python")
+
+    monkeypatch.setattr(compiled, "CompiledDecode", Recorded)
+    model, text = setup
+    out = tmp_path / "run"
+    assert main(["stream", "--model", str(model), "--text", str(text), "--tokens", "24", "--method", "full",
+                 "--compile", "--compile-wrapper", "cpp", "--no-dense", "--out", str(out)]) == 0
+    assert asked == ["cpp"] and json.loads((out / "metrics.json").read_text())["compile_wrapper"] == "cpp"
 
 
 @pytest.mark.slow
@@ -114,6 +136,8 @@ def test_stream_into_an_out_that_cannot_be_replaced(setup, tmp_path, capsys, mon
     (["--method", "yarn:factor=0"], "need factor >= 1"),
     (["--compile", "--chunk", "4"], "drop --chunk 4"),
     (["--compile", "--method", "yarn:factor=2"], "weight schemes only"),
+    (["--compile", "--compile-wrapper", "c"], "--compile-wrapper 'c': give one of python, cpp"),
+    (["--compile-wrapper", "cpp"], "add --compile"),
 ])
 def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, message):
     model, text = setup

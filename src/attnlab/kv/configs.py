@@ -24,6 +24,9 @@ class StreamRun:
     dense: bool = option(True, "skip the dense baseline")
     compile: bool = option(False, "also stream the full cache through a static cache with the decode step "
                            "compiled once (torch.compile; needs a C++ compiler): same NLL, how much faster")
+    compile_wrapper: str = option("python", "with --compile, what calls the compiled step's kernels: python, or cpp "
+                                  "(inductor's C++ wrapper: minutes more to compile once, less time a step)",
+                                  metavar="WRAPPER")
     methods: tuple[str, ...] = methods_option()
 
     # the KV cache it streams through when --method names none: StreamingLLM's 4 sinks + 252 recent, rolling
@@ -36,6 +39,8 @@ class StreamRun:
         self.methods_applied()  # an unknown method, an impossible budget, two of a kind: refused before any work
         if self.compile:
             self.check_compile()
+        elif self.compile_wrapper != "python":
+            raise UsageError(f"--compile-wrapper {self.compile_wrapper} applies to the compiled step: add --compile")
 
     def methods_applied(self) -> list:
         """The methods this run applies: ``--method``'s (the older ``--policy ...`` among them), with the sinks
@@ -52,3 +57,6 @@ class StreamRun:
             raise UsageError(f"--compile decodes one token a forward: drop --chunk {self.chunk}")
         if other := [m.spec() for m in self.methods_applied() if m.kind not in ("kv", "weights")]:
             raise UsageError(f"--compile runs under weight schemes only (--method int8); drop --method {other[0]}")
+        from attnlab.models.compiled import check_wrapper  # torch's: only once --compile asks for it
+
+        check_wrapper(self.compile_wrapper, "--compile-wrapper")

@@ -39,7 +39,7 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
                 runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), 256, bar)
         compile_s = None
         if cfg.compile:
-            runs["full, compiled"], compile_s = compiled_run(model, ids, ctx)
+            runs["full, compiled"], compile_s = compiled_run(model, ids, ctx, cfg.compile_wrapper)
         if cfg.recompute and isinstance(policy.budget, int):
             with ctx.progress(len(ids) - 1, "recompute") as bar:
                 runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
@@ -53,6 +53,7 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
     (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")
     metrics = {"command": ctx.command, "model": cfg.model, "text": cfg.text, "tokens": int(ids.numel()),
                "positions": kv.positions, "chunk": cfg.chunk, "compile_s": compile_s,
+               "compile_wrapper": cfg.compile_wrapper if cfg.compile else None,
                "methods": [m.spec() for m in methods],
                "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
                             "kv_bytes_final": r.kv_bytes[-1][1] if r.kv_bytes else None,
@@ -64,14 +65,14 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
                                 "decode tokens/s along the stream, one line per cache"}, summary)
 
 
-def compiled_run(model, ids, ctx):
+def compiled_run(model, ids, ctx, wrapper: str = "python"):
     """The full cache streamed through attnlab.models.compiled (static cache, the step compiled first, untimed):
     (its StreamResult, the compile's seconds)."""
     from attnlab.evals.streaming import decoder_nll
     from attnlab.models.compiled import CompiledDecode
 
     ids = ids.to(model.device)
-    dec = CompiledDecode(model, max_len=len(ids))
+    dec = CompiledDecode(model, max_len=len(ids), wrapper=wrapper)
     with ctx.progress(1, "compiling the decode step (once)") as bar:  # tens of seconds: 30 layers, 2 cores
         compile_s = dec.warm(ids[None])
         bar.update(1)

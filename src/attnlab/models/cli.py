@@ -132,7 +132,7 @@ def cmd_generate(args) -> int:
     if args.compile:
         from attnlab.models.compiled import check_wrapper
 
-        check_wrapper(args.compile)  # before the model loads
+        check_wrapper(args.compile, "--compile")  # before the model loads
     model, tok = load_model_and_tokenizer(args.model)  # the one resolver: alias, folder, train run, hub id
     ids = tok(args.prompt, return_tensors="pt", add_special_tokens=False).input_ids  # (1, T)
     if ids.numel() == 0:

@@ -150,10 +150,10 @@ class CompiledDecode:
         return torch.tensor([new])
 
 
-def check_wrapper(wrapper: str) -> None:
-    """A UsageError unless ``wrapper`` is one of WRAPPERS."""
+def check_wrapper(wrapper: str, flag: str = "wrapper") -> None:
+    """A UsageError unless ``wrapper`` is one of WRAPPERS; ``flag`` names where it was given."""
     if wrapper not in WRAPPERS:
-        raise UsageError(f"wrapper {wrapper!r}: give one of {', '.join(WRAPPERS)} (--compile cpp, or --compile)")
+        raise UsageError(f"{flag} {wrapper!r}: give one of {', '.join(WRAPPERS)}")
 
 
 def _own_code(fn: types.FunctionType) -> types.FunctionType:
