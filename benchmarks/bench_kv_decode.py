@@ -1,10 +1,10 @@
 """Decode speed and KV memory of the evicting caches vs the full cache, side by side in one run.
 
 For each stored length L (tokens already streamed): prefill L tokens of real text into every
-cache (chunked), warm up, then time ``--decode`` single-token steps, the caches taking turns
-step by step (so the machine's drift hits all alike); report the median per-token time as
-tokens/s and the bytes each cache holds. Also: H2O's step time over sinks' at the same budget and
-positions (rolling, and original: no re-rotation), each policy's per-token overhead against
+cache (chunked); then, every cache at every length prefilled, warm up and time ``--decode`` single-token steps,
+all of them taking turns step by step (so the machine's drift hits every cache and length alike); report the
+median per-token time as tokens/s and the bytes each cache holds. Also: H2O's step time over sinks' at the
+same budget and positions (rolling, and original: no re-rotation), each policy's per-token overhead against
 transformers' own DynamicCache (plain SDPA) at the same stored length, and StreamingLLM's
 comparison, sinks vs the sliding window with re-computation at the same window. One more H2O row lets its
 kept keys owe their rolling rotations for --lag-limit evictions, paid through the query (attnlab.kv.rolling).
@@ -60,20 +60,21 @@ def prefill(model, ids, length, make_cache, chunk=512):
 
 
 @torch.no_grad()
-def decode_interleaved(model, ids, length, caches: dict, n_decode, device) -> dict:
+def decode_interleaved(model, ids, caches: dict, n_decode, device) -> dict:
     """Time n_decode single-token steps of every cache, round-robin (step i of each cache before
-    step i+1 of any), so drift in the machine's speed hits all of them alike: {name: median s}."""
+    step i+1 of any), so drift in the machine's speed hits all of them alike. ``caches``: {key: (cache, L)},
+    L the tokens it holds (its next token is ids[L + i]); -> {key: median s}."""
     times = {k: [] for k in caches}
     for i in range(n_decode + 4):  # 4 warm-up steps: the first evicts the last prefill chunk
-        tok = ids[None, length + i:length + i + 1]
-        for name, cache in caches.items():
+        for key, (cache, length) in caches.items():
+            tok = ids[None, length + i:length + i + 1]
             with _active(cache):
                 _sync(device)
                 t0 = time.perf_counter()
                 model(tok, past_key_values=cache)
                 _sync(device)
             if i >= 4:
-                times[name].append(time.perf_counter() - t0)
+                times[key].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -150,15 +151,16 @@ def run(args):
           f"budget {b}, median of {args.decode} decode steps")
     print("| cache | " + " | ".join(f"{L} tok/s | {L} KV MiB" for L in lengths) + " |")
     print("|---|" + "---|---|" * len(lengths))
-    res, mem, rerot = {}, {}, {}
-    for L in lengths:
-        caches = {name: prefill(model, ids, L, make) for name, make in configs.items()}
-        before = {name: rerotated(c) for name, c in caches.items()}
-        for name, t in decode_interleaved(model, ids, L, caches, args.decode, args.device).items():
-            res[name, L], mem[name, L] = t, kv_bytes(caches[name])
-            # keys re-rotated a step, per layer and KV head (the 4 warm-up steps counted too)
-            rerot[name, L] = (rerotated(caches[name]) - before[name]) / ((args.decode + 4) * kv_heads(model))
-        del caches
+    # every (cache, length) pair is prefilled first and all take turns in one loop: the lengths are compared
+    # within one run's drift too, not minutes apart (a host whose speed drifts made fixed-size caches look slower
+    # at 8k when each length ran after the last)
+    caches = {(name, L): (prefill(model, ids, L, make), L) for L in lengths for name, make in configs.items()}
+    before = {k: rerotated(c) for k, (c, _) in caches.items()}
+    res = decode_interleaved(model, ids, caches, args.decode, args.device)
+    mem = {k: kv_bytes(c) for k, (c, _) in caches.items()}
+    # keys re-rotated a step, per layer and KV head (the 4 warm-up steps counted too)
+    rerot = {k: (rerotated(c) - before[k]) / ((args.decode + 4) * kv_heads(model)) for k, (c, _) in caches.items()}
+    del caches
     for name in configs:
         print(f"| {name} | " + " | ".join(f"{1 / res[name, L]:.1f} | {mem[name, L] / 2**20:.1f}" for L in lengths)
               + " |", flush=True)
@@ -181,7 +183,7 @@ def run(args):
         print(f"keys re-rotated a step per layer and KV head at {L} (of {b} stored): " + ", ".join(
             f"{n} {rerot[n, L]:.1f}" for n in configs if "original" not in n and n not in (dyn, full)))
     # the floor: what one decode step costs with (almost) nothing cached -- the model's weights alone
-    floor = decode_interleaved(model, ids, 16, {dyn: prefill(model, ids, 16, configs[dyn])}, args.decode,
+    floor = decode_interleaved(model, ids, {dyn: (prefill(model, ids, 16, configs[dyn]), 16)}, args.decode,
                                args.device)[dyn]
     L = lengths[-1]
     print(f"floor (DynamicCache, 16 tokens cached): {1 / floor:.1f} tok/s, so no cache can decode faster than "
