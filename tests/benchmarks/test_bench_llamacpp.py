@@ -62,3 +62,17 @@ def test_the_goal_turn_by_turn_holds_only_where_its_interval_decides(bench):
     ten = bench.paired([0.5, 0.81, 0.82, 0.83, 0.84, 0.85, 0.86, 0.87, 0.88, 2.0], [1.0] * 10, 0.8)
     assert (ten["low"], ten["high"], ten["status"]) == (0.81, 0.88, "met")  # one outlier each side does not decide
     assert ten["level"] == pytest.approx(1 - 2 * 11 / 1024)
+
+
+def test_a_run_with_w8a8_judges_its_goal_apart_from_weight_only_int8s(bench, capsys):
+    rows = ("attnlab fp32", "attnlab int8", "attnlab int8 compiled", "attnlab int8 projections alone",
+            "attnlab w8a8", "attnlab w8a8 compiled", "attnlab w8a8 projections alone", "llama.cpp Q8_0")
+    speeds = dict(zip(rows, ([10.0] * 5, [20.0] * 5, [30.0] * 5, [35.0] * 5, [15.0] * 5, [45.0] * 5, [55.0] * 5,
+                             [50.0] * 5)))
+    figures = {}
+    bench.report(figures, [Side(n, (100, 0)) for n in rows], speeds, {n: None for n in rows}, bandwidth=1e4)
+    assert figures["goal"]["best"] == "attnlab int8 compiled" and figures["goal"]["paired"]["status"] == "not met"
+    w = figures["goal_w8a8"]
+    assert w["best"] == "attnlab w8a8 compiled" and w["int8_x_q8_0"] == pytest.approx(0.9)
+    assert w["paired"]["status"] == "met" and w["projections_alone_x_q8_0"] == pytest.approx(1.1)
+    assert "nothing but its w8a8 products" in capsys.readouterr().out

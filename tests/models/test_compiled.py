@@ -32,7 +32,8 @@ def compiled_greedy(dec, ids, steps):
     return [int(x.argmax()) for x in logits], torch.cat(logits)
 
 
-@pytest.mark.parametrize("quant,wrapper", [(None, "python"), ("int8", "python"), ("int8", "cpp")])
+@pytest.mark.parametrize("quant,wrapper", [(None, "python"), ("int8", "python"), ("int8", "cpp"),
+                                            ("w8a8", "cpp")])
 def test_compiled_step_writes_the_eager_logits(quant, wrapper):
     """Through the Python wrapper and the C++ one (inductor's cpp_wrapper): the same kernels, the same logits."""
     model = tiny("llama", hidden_size=64, intermediate_size=128)  # int8's kernel wants K a multiple of 16

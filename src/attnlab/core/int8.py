@@ -43,6 +43,10 @@ class Int8Weight(NamedTuple):
     def nbytes(self) -> int:
         return self.q.numel() * self.q.element_size() + self.scale.numel() * self.scale.element_size()
 
+    def product(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """The kernel every product of this weight goes through (whole, gathered rows, kept columns)."""
+        return matmul(x, q, scale)
+
     # the weight layout protocol (attnlab.core.weights): what the sparse MLP's gathers read
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return linear(x, self, bias)
@@ -83,14 +87,14 @@ def matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tenso
 def linear(x: torch.Tensor, w: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x (..., in) -> (..., out): F.linear with the int8 weight."""
     flat = _pad_to_block(x.reshape(-1, x.shape[-1]))  # (M, k)
-    y = matmul(flat, w.q, w.scale).view(*x.shape[:-1], w.q.shape[0])  # (..., out)
+    y = w.product(flat, w.q, w.scale).view(*x.shape[:-1], w.q.shape[0])  # (..., out)
     return y if bias is None else y + bias
 
 
 def gather_rows(w: Int8Weight, rows: torch.Tensor, out: torch.Tensor | None = None) -> Int8Weight:
     """The int8 weight of output units ``rows`` (u,): q's rows (into ``out``, a (u, k) int8 buffer, if given)."""
     q = torch.index_select(w.q, 0, rows, out=out) if out is not None else w.q.index_select(0, rows)
-    return Int8Weight(q, w.scale.index_select(0, rows), w.n_in)
+    return w._replace(q=q, scale=w.scale.index_select(0, rows))  # its own kind (W8A8Weight stays one)
 
 
 def columns_t(q_t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -114,8 +118,8 @@ class Int8Columns(NamedTuple):
 
     def dense(self, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """v (N, in) -> (N, out): the whole product."""
-        return linear(v, self.w, bias)
+        return self.w.linear(v, bias)
 
     def rows_product(self, v_u: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """v_u (N, u) holding input units ``rows`` (u,) -> (N, out): only those units' columns read."""
-        return matmul(_pad_to_block(v_u), columns_t(self.q_t, rows), self.w.scale)
+        return self.w.product(_pad_to_block(v_u), columns_t(self.q_t, rows), self.w.scale)

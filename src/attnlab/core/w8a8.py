@@ -1,0 +1,59 @@
+"""W8A8: int8 weights *and* int8 activations, the products in integers -- the kind of scheme llama.cpp's Q8_0 is.
+
+    w = quantize(w)             # w (out, in) float -> W8A8Weight: the int8 weight of attnlab.core.int8, unchanged
+    y = w.linear(x, bias)       # x (..., in) -> (..., out), ~ F.linear(x, w.dequantize(), bias)
+
+Each activation row (a token) is scaled by max|x_row| / 127 and rounded to int8 when the product is taken
+(dynamic, per token, symmetric: SmoothQuant's per-token W8A8 without its smoothing), then ``torch._int_mm``
+sums int8 x int8 in int32 -- exact -- and the row's and the output channel's scales multiply the sums:
+
+    y[m, n] = a[m] * s[n] * sum_k round(x[m, k] / a[m]) * q[n, k]
+
+Why: on the Intel Xeon measured (AVX-512 VNNI), SmolLM2's whole chain of int8 products runs in ~2/3 of the
+time of the weight-only kernel's (bf16 activations; benchmarks/bench_llamacpp.py's "projections alone" rows),
+because the integer dot products are the CPU's own instruction and the kernel takes the weight (N, K) as the
+transposed view it likes. What it costs: each activation rounded to 1/254 of its row's largest, where weight-only
+int8 keeps bf16 activations; ``attnlab reproduce quant-agreement --set scheme=w8a8`` measures that on a real
+model. Q8_0 rounds activations too, in blocks of 32 (a finer scale than one per row). Pure torch.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.core import int8
+
+LEVELS = 127.0  # symmetric int8: -127..127
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, k) float -> (xq (M, k) int8, a (M, 1) float32): row m is a[m] * xq[m] to half a step."""
+    x = x.float()
+    a = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / LEVELS  # an all-zero row: any scale, xq = 0
+    return torch.round(x / a).clamp_(-LEVELS, LEVELS).to(torch.int8), a
+
+
+def matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x (M, k) float @ q (N, k)^T int8 * scale (N,) -> (M, N) in x's dtype, x rounded per row to int8."""
+    if x.shape[-1] == 0:  # no input unit (a sparse product that kept none): no row to scale
+        return x.new_zeros(x.shape[0], q.shape[0])
+    xq, a = quantize_rows(x)
+    if x.device.type != "cpu":  # the integer kernel is the CPU's here: elsewhere the same rounding, in float
+        return F.linear((xq * a).to(x.dtype), q.to(x.dtype) * scale.to(x.dtype)[:, None])
+    acc = torch._int_mm(xq, q.t())  # (M, N) int32, exact; q.t(): the (N, k) weight as the view the kernel likes
+    return (acc * (a * scale.float())).to(x.dtype)
+
+
+class W8A8Weight(int8.Int8Weight):
+    """The int8 weight (q, scale, n_in) whose products round their activations to int8 too: every product
+    (whole, gathered rows, kept columns) goes through :func:`matmul`."""
+
+    __slots__ = ()
+
+    def product(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return matmul(x, q, scale)
+
+
+def quantize(w: torch.Tensor) -> W8A8Weight:
+    """w (out, in) float -> its W8A8 weight: the weight int8's quantize makes (one scale per output channel)."""
+    return W8A8Weight(*int8.quantize(w))

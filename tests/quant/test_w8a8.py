@@ -1,0 +1,86 @@
+"""W8A8: per-token int8 activations into the exact integer product, against the same rounding in float64."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.core import int8, w8a8
+from attnlab.quant.schemes import SCHEMES
+
+
+def _w(out=40, inp=48, seed=0, rows=5):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(out, inp, generator=g), torch.randn(rows, inp, generator=g) * 3
+
+
+def _reference(x, w8, bias=None):
+    """What W8A8 stands for, in float64: each row of x rounded to int8 at its own scale, times the int8 weight."""
+    x64 = x.double()
+    a = x64.abs().amax(-1, keepdim=True) / 127
+    xq = torch.round(x64 / a)
+    y = (xq @ w8.q[:, :w8.n_in].double().T) * a * w8.scale.double()
+    return y if bias is None else y + bias.double()
+
+
+def test_each_row_rounds_to_half_a_step_of_its_own_scale():
+    _, x = _w()
+    x[2] = 0  # an all-zero row quantizes to zeros
+    xq, a = w8a8.quantize_rows(x)
+    assert xq.dtype == torch.int8 and xq.abs().max() <= 127 and a.shape == (5, 1)
+    assert ((xq.float() * a - x).abs() <= a / 2 + 1e-6).all()
+    assert (xq[[0, 1, 3, 4]].abs().amax(-1) == 127).all()  # each row's largest takes the full range
+    assert (xq[2] == 0).all()
+
+
+@pytest.mark.parametrize("inp", [48, 24, 7])  # 24 and 7: the int8 weight is padded to a block of 16
+def test_w8a8_linear_is_the_integer_product_of_the_rounded_rows(inp):
+    w, x = _w(inp=inp)
+    w8, bias = w8a8.quantize(w), torch.randn(w.shape[0])
+    got = w8.linear(x, bias)
+    assert got.dtype == x.dtype and got.shape == (5, w.shape[0])
+    # the sums are exact integers: what is left is float32's rounding of two products and the bias
+    torch.testing.assert_close(got.double(), _reference(x, w8, bias), rtol=1e-6, atol=1e-5)
+
+
+def test_the_weight_is_int8s_and_only_the_activations_differ():
+    w, x = _w()
+    w8, w8a = int8.quantize(w), w8a8.quantize(w)
+    assert torch.equal(w8.q, w8a.q) and torch.equal(w8.scale, w8a.scale) and w8.nbytes == w8a.nbytes
+    assert not torch.equal(w8a.linear(x), w8.linear(x))  # bf16 activations there, int8 here
+
+
+def test_gathered_rows_and_kept_columns_go_through_the_same_rounding():
+    w, x = _w()
+    w8, rows = w8a8.quantize(w), torch.tensor([0, 5, 6, 31])
+    assert torch.equal(w8.rows(rows).linear(x), w8.linear(x)[:, rows])  # the rows' own integer sums
+    keep = torch.tensor([1, 4, 9, 40])
+    zeroed = torch.zeros_like(x)
+    zeroed[:, keep] = x[:, keep]  # the other input units zero: they change no row's scale
+    torch.testing.assert_close(w8.columns().rows_product(x[:, keep], keep), w8.linear(zeroed))
+
+
+def test_leading_dimensions_are_kept():
+    w, x = _w()
+    w8 = w8a8.quantize(w)
+    torch.testing.assert_close(w8.linear(x[None].expand(3, -1, -1)), w8.linear(x)[None].expand(3, -1, -1))
+
+
+def test_off_the_cpu_the_same_rounding_is_taken_in_float(monkeypatch):
+    # the integer kernel is the CPU's: another device takes the fallback, which must stand for the same numbers
+    w, x = _w()
+    w8 = w8a8.quantize(w)
+
+    class Elsewhere(torch.Tensor):  # a CPU tensor that says it is not on the CPU
+        @property
+        def device(self):
+            return torch.device("meta")
+
+    xq, a = w8a8.quantize_rows(x)
+    monkeypatch.setattr(torch, "_int_mm", lambda *args: pytest.fail("the CPU kernel ran off the CPU"))
+    fallback = F.linear((xq * a), w8.dequantize())
+    got = w8a8.matmul(x.as_subclass(Elsewhere), w8.q[:, :w8.n_in], w8.scale).as_subclass(torch.Tensor)
+    torch.testing.assert_close(got, fallback)
+    torch.testing.assert_close(got.double(), _reference(x, w8), rtol=1e-5, atol=1e-4)
+
+
+def test_the_scheme_is_registered_under_its_name():
+    assert SCHEMES.get("w8a8").quantize is w8a8.quantize
