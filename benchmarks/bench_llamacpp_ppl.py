@@ -1,0 +1,109 @@
+"""The accuracy beside bench_llamacpp.py's speed: SmolLM2's perplexity and top-1 agreement with its float model,
+through llama.cpp's GGUFs and through attnlab's weight schemes, on the same token ids in the same windows.
+
+The protocol is quant-agreement's (attnlab.quant.experiments): the text's first --tokens ids in windows of
+--window, each window its own forward from position 0, every position but each window's first scored.
+attnlab's float model is the reference for agreement. llama.cpp F32 holds the same weights, so its row is the
+check that the two sides read the same ids the same way (its perplexity should be the float model's to
+float rounding).
+
+    L/bin/python benchmarks/bench_llamacpp_ppl.py --dir ggufs --out benchmarks/results/llamacpp-ppl
+
+Run it in bench_llamacpp.py's venv (llama-cpp-python built there), after that file's gguf step.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from host import add_out, corpus, machine, number, parser, positive_int, recorded  # benchmarks/host.py
+
+GGUFS = ("F32", "BF16", "Q8_0", "Q4_1")
+SCHEMES_RUN = (None, "int8", "w8a8", "int4")  # attnlab's float model, then its weight schemes
+
+
+def scored(logits: torch.Tensor, win: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits (w, V) of window ``win`` (w,) -> (argmax (w-1,), NLL (w-1,) float64) of each next token, as
+    attnlab.quant.experiments.predictions scores attnlab's side."""
+    logits = logits[:-1].float()
+    nll = -F.log_softmax(logits, -1).gather(-1, win[1:, None])[:, 0]
+    return logits.argmax(-1), nll.double()
+
+
+def windows(ids: torch.Tensor, window: int) -> list[torch.Tensor]:
+    return [ids[s:s + window] for s in range(0, ids.numel() - 1, window)]
+
+
+def llamacpp_predictions(path: Path, ids: torch.Tensor, window: int, bar) -> tuple[torch.Tensor, torch.Tensor]:
+    """llama.cpp's (argmax, NLL) over the windows: each window evaluated afresh, every position's logits kept."""
+    import llama_cpp
+    import numpy as np
+
+    llm = llama_cpp.Llama(str(path), n_ctx=window, n_batch=window, n_threads=2, n_threads_batch=2,
+                          logits_all=True, verbose=False)
+    tops, nlls = [], []
+    for win in windows(ids, window):
+        llm.reset()
+        llm.eval(win.tolist())
+        logits = torch.from_numpy(np.array(llm.scores[:win.numel()]))  # (w, V)
+        top, nll = scored(logits, win)
+        tops.append(top)
+        nlls.append(nll)
+        bar.update(win.numel())
+    return torch.cat(tops), torch.cat(nlls)
+
+
+def row(name: str, top: torch.Tensor, nll: torch.Tensor, ref_top: torch.Tensor, ref_ppl: float) -> dict:
+    ppl = math.exp(float(nll.mean()))
+    return {"config": name, "ppl": ppl, "ppl_vs_float": ppl / ref_ppl - 1,
+            "top1_agreement": float((top == ref_top).double().mean()), "positions": int(top.numel())}
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--dir", type=Path, default=Path("ggufs"), help="the GGUFs' folder (default ggufs)")
+    ap.add_argument("--text", type=corpus(), default="wikitext-2/test.txt",
+                    help="the text (default wikitext-2/test.txt)")
+    ap.add_argument("--tokens", type=positive_int, default=16384, help="ids scored (default 16384)")
+    ap.add_argument("--window", type=number(int, ">= 2"), default=512, help="tokens a window (default 512)")
+    add_out(ap)
+    args = ap.parse_args(argv)
+    missing = [n for n in GGUFS if not (args.dir / f"{n}.gguf").exists()]
+    if missing:
+        ap.error(f"--dir {args.dir}: no {', '.join(m + '.gguf' for m in missing)}; make them first with "
+                 "bench_llamacpp.py's gguf step")
+    torch.set_num_threads(2)
+    from tqdm import tqdm
+
+    from attnlab.evals.inputs import text_ids
+    from attnlab.models.pretrained import load_model_and_tokenizer
+    from attnlab.quant.experiments import predictions
+    from attnlab.quant.transform import quantized
+
+    model, tok = load_model_and_tokenizer("smollm2")
+    ids = text_ids(tok, args.text, args.tokens, "--text")
+    with recorded(args.out, figures := {"text": args.text, "tokens": int(ids.numel()), "window": args.window}):
+        runs = {}
+        for scheme in SCHEMES_RUN:
+            name = f"attnlab {scheme or 'fp32'}"
+            with quantized(model, scheme), tqdm(total=ids.numel(), desc=name, file=sys.stderr) as bar:
+                runs[name] = predictions(model, ids, args.window, bar)  # quant-agreement's own
+        for g in GGUFS:
+            with tqdm(total=ids.numel(), desc=f"llama.cpp {g}", file=sys.stderr) as bar:
+                runs[f"llama.cpp {g}"] = llamacpp_predictions(args.dir / f"{g}.gguf", ids, args.window, bar)
+        ref_top, ref_nll = runs["attnlab fp32"]
+        ref_ppl = math.exp(float(ref_nll.mean()))
+        figures["rows"] = [row(n, top, nll, ref_top, ref_ppl) for n, (top, nll) in runs.items()]
+        print(f"# {machine()}; SmolLM2-135M, {args.text}, {ids.numel()} ids in windows of {args.window}\n")
+        print("| configuration | perplexity | vs attnlab fp32 | top-1 agreement with attnlab fp32 |\n|---|---|---|---|")
+        for r in figures["rows"]:
+            print(f"| {r['config']} | {r['ppl']:.3f} | {r['ppl_vs_float']:+.2%} | {r['top1_agreement']:.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
