@@ -9,12 +9,13 @@ sums int8 x int8 in int32 -- exact -- and the row's and the output channel's sca
 
     y[m, n] = a[m] * s[n] * sum_k round(x[m, k] / a[m]) * q[n, k]
 
-Why: on the Intel Xeon measured (AVX-512 VNNI), SmolLM2's whole chain of int8 products runs in ~2/3 of the
-time of the weight-only kernel's (bf16 activations; benchmarks/bench_llamacpp.py's "projections alone" rows),
-because the integer dot products are the CPU's own instruction and the kernel takes the weight (N, K) as the
-transposed view it likes. What it costs: each activation rounded to 1/254 of its row's largest, where weight-only
-int8 keeps bf16 activations; ``attnlab reproduce quant-agreement --set scheme=w8a8`` measures that on a real
-model. Q8_0 rounds activations too, in blocks of 32 (a finer scale than one per row). Pure torch.
+Why: on the Intel Xeon measured (AVX-512 VNNI), the compiled step with these products decodes faster than with
+the weight-only kernel's (bf16 activations; benchmarks/bench_llamacpp.py's w8a8 rows), because the integer dot
+products are the CPU's own instruction and the kernel takes the weight (N, K) as the transposed view it likes.
+Eager it is slower: the rounding is several small ops a projection, which only a compiled graph fuses. What it
+costs: each activation rounded to within half a step of max|x_row| / 127, where weight-only int8 keeps bf16
+activations; ``attnlab reproduce quant-agreement --set scheme=w8a8`` measures that on a real model. Q8_0 rounds
+activations too, in blocks of 32 (a finer scale than one per row). Pure torch.
 """
 from __future__ import annotations
 
