@@ -1,4 +1,5 @@
-"""``quant-agreement``: does int8 keep the model? Top-1 agreement with the float model and perplexity.
+"""``quant-agreement``: does a weight scheme (int8 by default) keep the model? Top-1 agreement with the float model
+and perplexity.
 
 A real model's next-token predictions over a text, in windows of ``window`` tokens (each its own forward
 from position 0), once with its float weights and once inside ``QuantizedWeights``: the share of positions
@@ -61,7 +62,7 @@ def predictions(model, ids: torch.Tensor, window: int, progress=None) -> tuple[t
     return torch.cat(tops), torch.cat(nlls)
 
 
-@register("quant-agreement", "int8 weights vs float: top-1 agreement and perplexity on real text",
+@register("quant-agreement", "a weight scheme (int8 unless --set scheme=) vs float: top-1 agreement and perplexity",
           QuantAgreement, quick={"tokens": 1024})
 def run_agreement(cfg: QuantAgreement, ctx) -> Result:
     from attnlab.evals.inputs import load_model, text_ids
