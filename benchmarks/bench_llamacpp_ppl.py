@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from host import add_out, corpus, machine, number, parser, positive_int, recorded  # benchmarks/host.py
 
@@ -26,35 +25,23 @@ GGUFS = ("F32", "BF16", "Q8_0", "Q4_1")
 SCHEMES_RUN = (None, "int8", "w8a8", "int4")  # attnlab's float model, then its weight schemes
 
 
-def scored(logits: torch.Tensor, win: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits (w, V) of window ``win`` (w,) -> (argmax (w-1,), NLL (w-1,) float64) of each next token, as
-    attnlab.quant.experiments.predictions scores attnlab's side."""
-    logits = logits[:-1].float()
-    nll = -F.log_softmax(logits, -1).gather(-1, win[1:, None])[:, 0]
-    return logits.argmax(-1), nll.double()
-
-
-def windows(ids: torch.Tensor, window: int) -> list[torch.Tensor]:
-    return [ids[s:s + window] for s in range(0, ids.numel() - 1, window)]
-
-
 def llamacpp_predictions(path: Path, ids: torch.Tensor, window: int, bar) -> tuple[torch.Tensor, torch.Tensor]:
-    """llama.cpp's (argmax, NLL) over the windows: each window evaluated afresh, every position's logits kept."""
+    """llama.cpp's (argmax, NLL) over quant-agreement's windows: each window evaluated afresh, every position's
+    logits kept, scored by the loop that scores attnlab's side."""
     import llama_cpp
     import numpy as np
 
+    from attnlab.quant.experiments import windowed
+
     llm = llama_cpp.Llama(str(path), n_ctx=window, n_batch=window, n_threads=2, n_threads_batch=2,
                           logits_all=True, verbose=False)
-    tops, nlls = [], []
-    for win in windows(ids, window):
+
+    def logits_of(win: torch.Tensor) -> torch.Tensor:  # (w,) -> (w, V)
         llm.reset()
         llm.eval(win.tolist())
-        logits = torch.from_numpy(np.array(llm.scores[:win.numel()]))  # (w, V)
-        top, nll = scored(logits, win)
-        tops.append(top)
-        nlls.append(nll)
-        bar.update(win.numel())
-    return torch.cat(tops), torch.cat(nlls)
+        return torch.from_numpy(np.array(llm.scores[:win.numel()]))
+
+    return windowed(logits_of, ids, window, bar)
 
 
 def row(name: str, top: torch.Tensor, nll: torch.Tensor, ref_top: torch.Tensor, ref_ppl: float) -> dict:

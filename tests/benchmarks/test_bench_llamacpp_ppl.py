@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.quant.experiments import predictions
+from attnlab.quant.experiments import predictions, windowed
 from tiny_models import random_ids, tiny
 
 
@@ -50,11 +50,24 @@ def test_llamacpps_windows_and_scores_are_quant_agreements(bench, monkeypatch, t
     torch.testing.assert_close(nll, want_nll)
 
 
-def test_scored_is_the_cross_entropy_of_each_next_token(bench):
-    logits, win = torch.randn(6, 11), torch.tensor([1, 4, 2, 9, 0, 3])
-    top, nll = bench.scored(logits, win)
-    torch.testing.assert_close(nll, F.cross_entropy(logits[:-1], win[1:], reduction="none").double())
-    assert torch.equal(top, logits[:-1].argmax(-1)) and nll.dtype == torch.float64
+def test_each_window_is_scored_by_the_cross_entropy_of_each_next_token():
+    # the one loop both sides go through: windows of 8 from position 0, each window's first position unscored
+    ids = torch.tensor([1, 4, 2, 9, 0, 3, 7, 5, 6, 2, 8, 1, 3])
+    table = torch.randn(13, 11)  # a stand-in engine: position j of a window gets its own row of logits
+    seen = []
+
+    def logits_of(win):
+        seen.append(win.numel())
+        return table[:win.numel()] + win[:, None]
+
+    top, nll = windowed(logits_of, ids, 8)
+    assert seen == [8, 5]
+    want = [F.cross_entropy(table[:n - 1] + w[:-1, None], w[1:], reduction="none").double()
+            for w, n in ((ids[:8], 8), (ids[8:], 5))]
+    torch.testing.assert_close(nll, torch.cat(want))
+    want_top = [(table[:7] + ids[:7, None]).argmax(-1), (table[:4] + ids[8:12, None]).argmax(-1)]
+    assert torch.equal(top, torch.cat(want_top))
+    assert nll.dtype == torch.float64
 
 
 def test_a_row_is_perplexity_against_the_reference(bench):

@@ -46,20 +46,27 @@ class QuantAgreement:
             raise ConfigError(f"tokens={self.tokens}, window={self.window}: need tokens >= window >= 2")
 
 
-@torch.no_grad()
-def predictions(model, ids: torch.Tensor, window: int, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
+def windowed(logits_of, ids: torch.Tensor, window: int, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
     """ids (T,) -> (argmax (P,), NLL (P,) float64) at every position but each window's first, windows of
-    ``window`` tokens from position 0 each."""
-    device = next(model.parameters()).device
+    ``window`` tokens from position 0 each; ``logits_of(win)`` gives a window's (w,) logits (w, V), each window
+    its own forward (another engine's too: benchmarks/bench_llamacpp_ppl.py scores llama.cpp through this)."""
     tops, nlls = [], []
     for start in range(0, ids.numel() - 1, window):
-        win = ids[start:start + window].to(device)  # (w,)
-        logits = model(win[None], use_cache=False).logits[0, :-1].float()  # (w-1, V)
+        win = ids[start:start + window]  # (w,)
+        logits = logits_of(win)[:-1].float()  # (w-1, V), on the engine's device: only the results come back
+        nxt = win[1:, None].to(logits.device)
         tops.append(logits.argmax(-1).cpu())
-        nlls.append(-F.log_softmax(logits, -1).gather(-1, win[1:, None])[:, 0].double().cpu())
+        nlls.append(-F.log_softmax(logits, -1).gather(-1, nxt)[:, 0].double().cpu())
         if progress is not None:
             progress.update(win.numel())
     return torch.cat(tops), torch.cat(nlls)
+
+
+@torch.no_grad()
+def predictions(model, ids: torch.Tensor, window: int, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`windowed` through ``model``'s own forward."""
+    device = next(model.parameters()).device
+    return windowed(lambda win: model(win[None].to(device), use_cache=False).logits[0], ids, window, progress)
 
 
 @register("quant-agreement", "a weight scheme (int8 unless --set scheme=) vs float: top-1 agreement and perplexity",
