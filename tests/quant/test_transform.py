@@ -80,12 +80,12 @@ def _rules():
 @pytest.mark.parametrize("name", ARCHS)
 @pytest.mark.parametrize("rule", ["oracle", "cats", "teal"])
 @pytest.mark.parametrize("rows", [1, 3])
-@pytest.mark.parametrize("scheme", ["int8", "w8a8"])
+@pytest.mark.parametrize("scheme", ["int8", "w8a8", "smoothquant"])
 def test_int8_gather_equals_int8_mask(name, rule, rows, scheme):
     model, ids = tiny(name), random_ids(T, seed=5)
     r = _rules()[rule]
     x = ids.view(-1)[:rows * 4].view(rows, 4)  # batch of `rows` sequences
-    with QuantizedWeights(model, scheme):
+    with QuantizedWeights(model, scheme, calibration=random_ids(16, seed=9)):  # smoothquant reads it
         with SparseMLP(model, r, mode="mask"):
             masked = _logits(model, x)
         with SparseMLP(model, r, mode="gather"):

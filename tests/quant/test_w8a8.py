@@ -14,7 +14,7 @@ def _w(out=40, inp=48, seed=0, rows=5):
 
 def _reference(x, w8, bias=None):
     """What W8A8 stands for, in float64: each row of x rounded to int8 at its own scale, times the int8 weight."""
-    x64 = x.double()
+    x64 = x.double()  # x / s already, for a smoothed weight
     a = x64.abs().amax(-1, keepdim=True) / 127
     xq = torch.round(x64 / a)
     y = (xq @ w8.q[:, :w8.n_in].double().T) * a * w8.scale.double()
@@ -84,3 +84,59 @@ def test_off_the_cpu_the_same_rounding_is_taken_in_float(monkeypatch):
 
 def test_the_scheme_is_registered_under_its_name():
     assert SCHEMES.get("w8a8").quantize is w8a8.quantize
+
+
+# SmoothQuant: the same rounding of x / s against the int8 weight of W diag(s)
+
+def _outlier(rows=6, inp=48, seed=1, unit=3, size=60.0):
+    """A weight and inputs whose unit ``unit`` is ``size`` times the rest, in every row (an outlier channel)."""
+    w, x = _w(inp=inp, seed=seed, rows=rows)
+    x[:, unit] *= size
+    return w, x
+
+
+def test_smoothing_is_the_papers_formula_and_finite():
+    w, x = _outlier()
+    x_max = x.abs().amax(0)
+    s = w8a8.smoothing(x_max, w)
+    torch.testing.assert_close(s, (x_max / w.abs().amax(0)).sqrt())  # alpha 0.5: the geometric mean
+    torch.testing.assert_close(w8a8.smoothing(x_max, w, alpha=1.0), x_max)  # all of it into the weight
+    x_max[5], w[:, 7] = 0, 0  # a unit never seen, a zero column: clamped, not 0 or inf
+    s = w8a8.smoothing(x_max, w)
+    assert torch.isfinite(s).all() and (s > 0).all()
+
+
+@pytest.mark.parametrize("inp", [48, 7])
+def test_the_smoothed_product_rounds_x_over_s_against_the_smoothed_weight(inp):
+    w, x = _w(inp=inp)
+    s = torch.rand(inp) + 0.5
+    w8, bias = w8a8.quantize(w, s), torch.randn(w.shape[0])
+    assert torch.equal(w8.q, w8a8.quantize(w * s).q) and torch.equal(w8.smooth, s)  # the weight is W diag(s)
+    assert w8.nbytes == w8a8.quantize(w).nbytes + 4 * inp  # and s is kept: one float32 an input unit
+    torch.testing.assert_close(w8.linear(x, bias).double(), _reference(x / s, w8, bias), rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(w8.dequantize() * s, w8a8.quantize(w * s).dequantize())  # it stands for W
+
+
+def test_smoothing_moves_an_outlier_channel_into_the_weight():
+    w, x = _outlier()
+    exact = x @ w.T
+    plain = (w8a8.quantize(w).linear(x) - exact).norm()
+    smooth = (w8a8.smoothquant(w, x.abs().amax(0)).linear(x) - exact).norm()
+    assert smooth < plain / 2  # the other units no longer round to a few levels of the outlier's scale
+
+
+def test_smoothed_rows_and_kept_columns_round_as_the_whole_product():
+    w, x = _outlier()
+    w8, rows = w8a8.smoothquant(w, x.abs().amax(0)), torch.tensor([0, 5, 6, 31])
+    assert torch.equal(w8.rows(rows).linear(x), w8.linear(x)[:, rows]) and torch.equal(w8.rows(rows).smooth, w8.smooth)
+    keep = torch.tensor([1, 3, 9, 40])  # the outlier unit among them: its own s divides it
+    zeroed = torch.zeros_like(x)
+    zeroed[:, keep] = x[:, keep]
+    torch.testing.assert_close(w8.columns().rows_product(x[:, keep], keep), w8.linear(zeroed))
+
+
+def test_smoothquant_is_registered_as_a_calibrated_scheme():
+    assert SCHEMES.get("smoothquant").calibrated and not SCHEMES.get("w8a8").calibrated
+    w, x = _outlier()
+    x_max = x.abs().amax(0)
+    assert torch.equal(SCHEMES.get("smoothquant").quantize(w, x_max).linear(x), w8a8.smoothquant(w, x_max).linear(x))

@@ -29,19 +29,24 @@ ACT = torch.bfloat16  # the activations and scales the kernel's fast path takes
 
 class Int8Weight(NamedTuple):
     """q (out, k) int8 with k = in padded up to a multiple of BLOCK (zeros); scale (out,) bf16, the kernel's
-    own dtype (converting it every call would cost a small op per projection per step); n_in: in."""
+    own dtype (converting it every call would cost a small op per projection per step); n_in: in; smooth
+    (in,) float32 or None: SmoothQuant's per-input-unit factor s, x W^T = (x / s)(W diag(s))^T -- q rounds
+    W diag(s), and every product divides its input by s first (:mod:`attnlab.core.w8a8`)."""
 
     q: torch.Tensor
     scale: torch.Tensor
     n_in: int
+    smooth: torch.Tensor | None = None
 
     def dequantize(self) -> torch.Tensor:
         """(out, in) float32: the weight the int8 product stands for."""
-        return self.q[:, :self.n_in].float() * self.scale.float()[:, None]
+        w = self.q[:, :self.n_in].float() * self.scale.float()[:, None]
+        return w if self.smooth is None else w / self.smooth
 
     @property
     def nbytes(self) -> int:
-        return self.q.numel() * self.q.element_size() + self.scale.numel() * self.scale.element_size()
+        extra = 0 if self.smooth is None else self.smooth.numel() * self.smooth.element_size()
+        return self.q.numel() * self.q.element_size() + self.scale.numel() * self.scale.element_size() + extra
 
     def product(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """The kernel every product of this weight goes through (whole, gathered rows, kept columns)."""
@@ -65,15 +70,18 @@ def _pad_to_block(t: torch.Tensor) -> torch.Tensor:
     return t if extra == 0 else F.pad(t, (0, extra))
 
 
-def quantize(w: torch.Tensor) -> Int8Weight:
+def quantize(w: torch.Tensor, smooth: torch.Tensor | None = None) -> Int8Weight:
     """w (out, in) float -> its int8 weight: each output channel scaled by max|w_row| / 127 (round to nearest).
     The scale is rounded *up* to bf16 before q is computed, so q * scale is exactly what the kernel multiplies
-    and no |q| exceeds 127."""
+    and no |q| exceeds 127. ``smooth`` (in,): round W diag(smooth) instead (its products divide x by it)."""
     w = w.detach().float()
+    if smooth is not None:
+        smooth = smooth.detach().float().contiguous()
+        w = w * smooth
     scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # (out,) an all-zero row: any scale, q = 0
     scale = (scale * (1 + 2 ** -7)).to(ACT)  # bf16 keeps 8 significant bits: nearest of this is >= scale
     q = torch.round(w / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8)  # (out, in)
-    return Int8Weight(_pad_to_block(q).contiguous(), scale.contiguous(), w.shape[1])
+    return Int8Weight(_pad_to_block(q).contiguous(), scale.contiguous(), w.shape[1], smooth)
 
 
 def matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -86,9 +94,14 @@ def matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tenso
 
 def linear(x: torch.Tensor, w: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x (..., in) -> (..., out): F.linear with the int8 weight."""
-    flat = _pad_to_block(x.reshape(-1, x.shape[-1]))  # (M, k)
+    flat = _pad_to_block(_smoothed(x.reshape(-1, x.shape[-1]), w.smooth))  # (M, k)
     y = w.product(flat, w.q, w.scale).view(*x.shape[:-1], w.q.shape[0])  # (..., out)
     return y if bias is None else y + bias
+
+
+def _smoothed(x: torch.Tensor, smooth: torch.Tensor | None) -> torch.Tensor:
+    """x (M, u) / smooth (u,) in x's dtype: the input the smoothed weight multiplies (x itself unsmoothed)."""
+    return x if smooth is None else (x / smooth).to(x.dtype)
 
 
 def gather_rows(w: Int8Weight, rows: torch.Tensor, out: torch.Tensor | None = None) -> Int8Weight:
@@ -122,4 +135,6 @@ class Int8Columns(NamedTuple):
 
     def rows_product(self, v_u: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """v_u (N, u) holding input units ``rows`` (u,) -> (N, out): only those units' columns read."""
-        return self.w.product(_pad_to_block(v_u), columns_t(self.q_t, rows), self.w.scale)
+        smooth = None if self.w.smooth is None else self.w.smooth[rows]
+        v = _pad_to_block(_smoothed(v_u, smooth))
+        return self.w.product(v, columns_t(self.q_t, rows), self.w.scale)

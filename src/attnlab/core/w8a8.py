@@ -2,9 +2,10 @@
 
     w = quantize(w)             # w (out, in) float -> W8A8Weight: the int8 weight of attnlab.core.int8, unchanged
     y = w.linear(x, bias)       # x (..., in) -> (..., out), ~ F.linear(x, w.dequantize(), bias)
+    w = quantize(w, smoothing(x_max, w))   # SmoothQuant: x_max (in,) each input unit's max |x| on a calibration text
 
 Each activation row (a token) is scaled by max|x_row| / 127 and rounded to int8 when the product is taken
-(dynamic, per token, symmetric: SmoothQuant's per-token W8A8 without its smoothing), then ``torch._int_mm``
+(dynamic, per token, symmetric: SmoothQuant's per-token W8A8), then ``torch._int_mm``
 sums int8 x int8 in int32 -- exact -- and the row's and the output channel's scales multiply the sums:
 
     y[m, n] = a[m] * s[n] * sum_k round(x[m, k] / a[m]) * q[n, k]
@@ -16,6 +17,14 @@ Eager it is slower: the rounding is several small ops a projection, which only a
 costs: each activation rounded to within half a step of max|x_row| / 127, where weight-only int8 keeps bf16
 activations; ``attnlab reproduce quant-agreement --set scheme=w8a8`` measures that on a real model. Q8_0 rounds
 activations too, in blocks of 32 (a finer scale than one per row). Pure torch.
+
+Smoothing (SmoothQuant, Xiao et al. 2023): a row's scale is set by its largest unit, and a few input units
+(outlier channels, the same ones token after token) are far larger than the rest, so the rest round to few
+levels. Dividing input unit j by s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) and multiplying the weight's
+column j by it leaves the product unchanged in exact arithmetic, and moves the difficulty from the activations
+to the weights (alpha = 0.5: half each side). max|X_j| is measured once, on a calibration text
+(:mod:`attnlab.quant.calibrate`); the division is one more elementwise op on the input, fused into the
+rounding in a compiled step.
 """
 from __future__ import annotations
 
@@ -25,6 +34,7 @@ import torch.nn.functional as F
 from attnlab.core import int8
 
 LEVELS = 127.0  # symmetric int8: -127..127
+ALPHA = 0.5  # SmoothQuant's migration strength: the paper's default, fixed before the first run here
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,6 +65,21 @@ class W8A8Weight(int8.Int8Weight):
         return matmul(x, q, scale)
 
 
-def quantize(w: torch.Tensor) -> W8A8Weight:
-    """w (out, in) float -> its W8A8 weight: the weight int8's quantize makes (one scale per output channel)."""
-    return W8A8Weight(*int8.quantize(w))
+def quantize(w: torch.Tensor, smooth: torch.Tensor | None = None) -> W8A8Weight:
+    """w (out, in) float -> its W8A8 weight: the weight int8's quantize makes (one scale per output channel),
+    of W diag(smooth) if given (SmoothQuant; its products divide their input by smooth)."""
+    return W8A8Weight(*int8.quantize(w, smooth))
+
+
+def smoothing(x_max: torch.Tensor, w: torch.Tensor, alpha: float = ALPHA) -> torch.Tensor:
+    """x_max (in,) each input unit's max |x| on a calibration text, w (out, in) -> s (in,) float32:
+    s_j = max|X_j|^alpha / max|W_j|^(1 - alpha). A unit the calibration never saw nonzero (or a zero column)
+    is clamped away from 0, so s stays finite and positive."""
+    a = x_max.detach().float().clamp_min(1e-5)
+    b = w.detach().float().abs().amax(0).clamp_min(1e-5)  # (in,) each column's max |w|
+    return a.pow(alpha) / b.pow(1 - alpha)
+
+
+def smoothquant(w: torch.Tensor, x_max: torch.Tensor) -> W8A8Weight:
+    """w (out, in) float and its input units' calibration maxima x_max (in,) -> the smoothed W8A8 weight."""
+    return quantize(w, smoothing(x_max, w))

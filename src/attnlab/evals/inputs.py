@@ -43,6 +43,16 @@ def text_ids(tok, text: str, tokens: int, fix: str | None = None) -> torch.Tenso
     return torch.tensor(ids)
 
 
+def calibration_ids(ctx, method) -> torch.Tensor:
+    """(T,) token ids on ``ctx.device`` (a method's Context) of the calibration text a calibrated ``method``
+    names (its options ``calibration`` and ``calibration_tokens``: attnlab.methods.base.CALIBRATION)."""
+    if ctx.tokenizer is None:
+        raise UsageError(f"{method.name} calibrates on a text: give the model's tokenizer "
+                         "(attnlab.apply(model, ..., tokenizer=tok))")
+    return text_ids(ctx.tokenizer, method.calibration, method.calibration_tokens,
+                    f"--method {method.name}:calibration=PATH").to(ctx.device)
+
+
 def load_stream(name: str, text: str, tokens: int, device: str = "cpu", fix: str | None = None):
     """The model (on ``device``) and the first ``tokens`` token ids (T,) of ``text``; a model pre-trained
     with a sink token gets it first, as in training (T+1 ids then)."""

@@ -23,6 +23,7 @@ from typing import Any, Callable, ClassVar
 
 from attnlab.core.errors import UsageError
 from attnlab.core.registry import Registry
+from attnlab.experiments.command import option
 from attnlab.experiments.config import did_you_mean, resolve
 
 # The stack's one order. Weights first: a sparse MLP entered inside gathers the quantized rows. RoPE before
@@ -43,6 +44,13 @@ class Context:
     device: str = "cpu"
     progress: Any = None
     model_name: str = ""
+
+
+# the options of every method that calibrates on a text (a sparsity rule's thresholds, SmoothQuant's maxima);
+# attnlab.evals.inputs.calibration_ids reads them
+CALIBRATION = [("calibration", str, option("wikitext-2/valid.txt", "the text the method calibrates on (never the "
+                                                                   "evaluation text)")),
+               ("calibration_tokens", int, option(2048, "calibration tokens", bounds=">= 1"))]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ class QuantAgreement:
     tokens: int = 16384
     window: int = 512
     scheme: str = "int8"
+    calibration: str = "wikitext-2/valid.txt"  # what a calibrated scheme (smoothquant) reads: never the text scored
+    calibration_tokens: int = 2048
     methods: tuple[str, ...] = methods_option()  # RoPE scalings both sides run under
 
     METHOD_KINDS: ClassVar = ("rope",)
@@ -42,6 +44,8 @@ class QuantAgreement:
     def __post_init__(self):
         configured(self)  # an unknown method or option, one of a kind it cannot apply: one line, before the model
         SCHEMES.get(self.scheme)  # an unknown scheme: did you mean
+        if self.calibration_tokens < 1:
+            raise ConfigError(f"calibration_tokens={self.calibration_tokens}: need at least 1")
         if self.window < 2 or self.tokens < self.window:
             raise ConfigError(f"tokens={self.tokens}, window={self.window}: need tokens >= window >= 2")
 
@@ -78,9 +82,11 @@ def run_agreement(cfg: QuantAgreement, ctx) -> Result:
     model, tok = load_model(cfg.model, ctx.device)
     enter_configured(cfg, model, tok, ctx)  # under both the float and the quantized predictions
     ids = text_ids(tok, cfg.text, cfg.tokens)
+    calib = text_ids(tok, cfg.calibration, cfg.calibration_tokens) if SCHEMES.get(cfg.scheme).calibrated else None
     with ctx.progress(ids.numel(), "float") as bar:
         top_f, nll_f = predictions(model, ids, cfg.window, bar)
-    with QuantizedWeights(model, cfg.scheme) as q, ctx.progress(ids.numel(), cfg.scheme) as bar:
+    with QuantizedWeights(model, cfg.scheme, calibration=calib) as q, \
+            ctx.progress(ids.numel(), cfg.scheme) as bar:
         top_q, nll_q = predictions(model, ids, cfg.window, bar)
         float_bytes, quant_bytes = q.nbytes()
     agree = float((top_f == top_q).double().mean())
@@ -93,6 +99,7 @@ def run_agreement(cfg: QuantAgreement, ctx) -> Result:
         finding(f"projection weights read per token: {cfg.scheme} bytes / float bytes", quant_bytes / float_bytes),
     ]
     metrics = {"model": cfg.model, "text": cfg.text, "positions": int(top_f.numel()), "scheme": cfg.scheme,
+               "calibration": None if calib is None else {"text": cfg.calibration, "tokens": int(calib.numel())},
                "top1_agreement": agree, "ppl_float": ppl_f, "ppl_quant": ppl_q, "ppl_ratio": ppl_q / ppl_f,
                "float_bytes": float_bytes, "quant_bytes": quant_bytes,
                "nll_mean_abs_diff": float((nll_q - nll_f).abs().mean())}

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
+import torch
 from torch import nn
 
 from attnlab.core import weights
 from attnlab.core.errors import UsageError
 from attnlab.models import arch
+from attnlab.quant.calibrate import input_maxima
 from attnlab.quant.schemes import SCHEMES
 
 
@@ -39,10 +41,17 @@ def projections(model: nn.Module, lm_head: bool = True) -> list[nn.Module]:
 
 
 class QuantizedWeights:
-    """Context manager: inside, ``model``'s projections compute from weights quantized by ``scheme``."""
+    """Context manager: inside, ``model``'s projections compute from weights quantized by ``scheme``. A
+    calibrated scheme (SmoothQuant) reads ``calibration`` (T,) token ids, run through the float model on
+    enter (``progress`` advanced by the tokens run)."""
 
-    def __init__(self, model: nn.Module, scheme: str = "int8", lm_head: bool = True):
+    def __init__(self, model: nn.Module, scheme: str = "int8", lm_head: bool = True,
+                 calibration: torch.Tensor | None = None, progress=None):
         self.scheme = SCHEMES.get(scheme)  # an unknown scheme: did you mean
+        if self.scheme.calibrated and calibration is None:
+            raise UsageError(f"{scheme} calibrates on a text: enter it as --method {scheme} (its calibration= "
+                             "option names the text), or give QuantizedWeights calibration token ids")
+        self.model, self.calibration, self.progress = model, calibration, progress
         self.projs = projections(model, lm_head)
         for p in self.projs:
             if getattr(p, weights.ATTR, None) is not None:
@@ -54,9 +63,13 @@ class QuantizedWeights:
         self._done: list[nn.Module] = []
 
     def __enter__(self) -> "QuantizedWeights":
+        x_max = None
+        if self.scheme.calibrated:  # on the float model, before any projection changes
+            x_max = input_maxima(self.model, self.projs, self.calibration, progress=self.progress)
         try:
             for p in self.projs:
-                q = self.scheme.quantize(arch.weight(p))
+                w = arch.weight(p)
+                q = self.scheme.quantize(w) if x_max is None else self.scheme.quantize(w, x_max[p])
                 setattr(p, weights.ATTR, q)
                 p.forward = self.scheme.forward(q, p.bias)
                 self._done.append(p)

@@ -7,16 +7,14 @@ from dataclasses import dataclass
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
-from attnlab.methods.base import METHODS, Method, derived
+from attnlab.methods.base import CALIBRATION, METHODS, Method, derived
 from attnlab.sparsity.registry import RULES, RuleInputs
 
 SHARED = [("keep", float, option(0.5, "share of the MLP's neurons kept per token", bounds="(0, 1]")),
           ("mode", str, option("mask", "mask (zero the rest: measures), gather (compute only the kept "
                                        "neurons: saves time) or kernel (gather, a GPU's decode step in Triton)"))]
 READS = {"nothing": [],
-         "calibration": [("calibration", str, option("wikitext-2/valid.txt", "the text the rule calibrates on "
-                                                                              "(never the evaluation text)")),
-                         ("calibration_tokens", int, option(2048, "calibration tokens", bounds=">= 1"))],
+         "calibration": CALIBRATION,
          "predictors": [("predictors", str, option("", "a dejavu run's predictors folder (default: beside the "
                                                        "model's weights)")),
                         ("source", str, option("lookahead", "lookahead (from the previous layer's MLP input) or "
@@ -38,13 +36,9 @@ class SparsityMethod(Method):
         the calibration text, or from saved predictors)."""
         kind, calib = RULES.get(self.name), None
         if kind.reads == "calibration":
-            if ctx.tokenizer is None:
-                raise UsageError(f"{self.name} calibrates on a text: give the model's tokenizer "
-                                 "(attnlab.apply(model, ..., tokenizer=tok))")
-            from attnlab.evals.inputs import text_ids
+            from attnlab.evals.inputs import calibration_ids  # the tokenizer's side: once a method calibrates
 
-            calib = text_ids(ctx.tokenizer, self.calibration, self.calibration_tokens,
-                             f"--method {self.name}:calibration=PATH").to(ctx.device)
+            calib = calibration_ids(ctx, self)
         inputs = RuleInputs(calib, 512, ctx.progress, ctx.model_name, getattr(self, "predictors", ""),
                             getattr(self, "source", "lookahead"), getattr(self, "rank", None))
         return kind.build(model, inputs)(self.keep)

@@ -13,9 +13,11 @@ from attnlab.core.weights import QuantForward
 
 @dataclass(frozen=True)
 class Scheme:
-    quantize: Callable  # w (out, in) float -> the quantized weight (a weights.Layout)
+    quantize: Callable  # w (out, in) float [, x_max (in,)] -> the quantized weight (a weights.Layout)
     about: str = ""  # one line of --help
     forward: type = QuantForward  # forward(quantized, bias) -> callable x (..., in) -> (..., out)
+    # quantize(w, x_max) also takes each input unit's max |x| over a calibration text (attnlab.quant.calibrate)
+    calibrated: bool = False
 
 
 # an unknown name's message lists the registered names (no hand-written list to fall behind the registry)
