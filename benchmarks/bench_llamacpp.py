@@ -15,7 +15,8 @@ in float32), and F32, BF16 and Q8_0 converted from the float folder by llama.cpp
     L/bin/python benchmarks/bench_llamacpp.py run --dir ggufs --out benchmarks/results/bench-llamacpp
 
 Each turn prefills the prompt afresh and times the greedy steps after the first: decode tokens/s. attnlab runs
-its models (fp32, bf16, weight-only int8, and W8A8: int8 activations too, the kind Q8_0 is) three ways: eager
+its models (fp32, bf16, weight-only int8, W8A8: int8 activations too, the kind Q8_0 is, and SmoothQuant: W8A8
+calibrated on a text) three ways: eager
 as ``attnlab stream`` does (transformers' Llama, DynamicCache); compiled
 (attnlab.models.compiled: a static cache and the step compiled once, before the turns); and its ceiling, the
 step's projections alone through the same kernels (a step with nothing else in it). 2 torch threads;
@@ -42,8 +43,10 @@ from host import add_out, machine, parser, positive_int, recorded  # benchmarks/
 
 PROMPT, STEPS = 256, 128
 GOAL = 0.8  # issue 56: attnlab int8 >= 0.8x llama.cpp Q8_0
-# attnlab's weight schemes run here: weight-only int8 (bf16 activations), and W8A8 (int8 activations too, as Q8_0)
-SCHEMES_RUN = ("int8", "w8a8")
+# attnlab's weight schemes run here: weight-only int8 (bf16 activations), W8A8 (int8 activations too, as Q8_0), and
+# SmoothQuant (W8A8 with calibrated smoothing: it reads CALIBRATION's first 2,048 tokens, never the prompt's text)
+SCHEMES_RUN = ("int8", "w8a8", "smoothquant")
+CALIBRATION = "wikitext-2/valid.txt"
 LLAMA = {"F32": "f32", "BF16": "bf16", "Q8_0": "q8_0"}  # converter out-types; Q4_1 is the fetched file
 
 
@@ -87,16 +90,21 @@ class Attnlab:
     def __init__(self, name: str, prompt: list[int]):
         from transformers import DynamicCache
 
+        from attnlab.evals.inputs import text_ids
         from attnlab.models.pretrained import load_model_and_tokenizer
+        from attnlab.quant.schemes import SCHEMES
         from attnlab.quant.transform import QuantizedWeights
 
         self.name, self.prompt, self.cache_cls = name, torch.tensor([prompt]), DynamicCache
-        self.model, _ = load_model_and_tokenizer("smollm2")
+        self.model, tok = load_model_and_tokenizer("smollm2")
         if "bf16" in name:
             self.model.to(torch.bfloat16)
         # the scheme is the name's last word (attnlab int8, attnlab w8a8); fp32 and bf16 take none
         self.scheme_name = next((q for q in SCHEMES_RUN if name.endswith(q)), None)
-        self.scheme = QuantizedWeights(self.model, self.scheme_name).__enter__() if self.scheme_name else None
+        self.scheme = None
+        if self.scheme_name:
+            calib = text_ids(tok, CALIBRATION, 2048) if SCHEMES.get(self.scheme_name).calibrated else None
+            self.scheme = QuantizedWeights(self.model, self.scheme_name, calibration=calib).__enter__()
 
     def bytes_per_token(self) -> tuple[int, float]:
         """(weight bytes, KV bytes) one decode step reads: the cache's mean over the timed steps."""
@@ -191,7 +199,7 @@ class LlamaCpp:
 def report(figures: dict, sides: list, speeds: dict, tokens: dict, bandwidth: float) -> None:
     """The table (printed and into ``figures``) and the goal: attnlab int8, eager or compiled, >= 0.8x llama.cpp
     Q8_0; beside it the ceiling, the int8 projections alone (what a step with nothing else in it would run). The
-    same for W8A8 where the run has it."""
+    same for W8A8 and SmoothQuant where the run has them."""
     print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + written, measured after the turns)\n")
     print("| configuration | tokens/s | x attnlab fp32 | x llama.cpp Q8_0 | MiB a token | roofline | yield |\n"
           "|---|---|---|---|---|---|---|")
@@ -209,7 +217,7 @@ def report(figures: dict, sides: list, speeds: dict, tokens: dict, bandwidth: fl
                                     "roofline_tokens_per_s": bandwidth / (w + kv), "yield": v * (w + kv) / bandwidth}
         print(f"| {s.name} | {v:.1f} | {v / med['attnlab fp32']:.2f} | {v / med['llama.cpp Q8_0']:.2f} | "
               f"{(w + kv) / 2**20:.1f} | {led['roofline_tokens_per_s']:.0f} | {led['yield']:.0%} |")
-    for scheme in SCHEMES_RUN:  # "goal": weight-only int8's; "goal_w8a8": W8A8's (runs that have it)
+    for scheme in SCHEMES_RUN:  # "goal": weight-only int8's; "goal_w8a8" etc.: the others' (runs that have them)
         if f"attnlab {scheme}" in med:
             figures["goal" if scheme == "int8" else f"goal_{scheme}"] = _goal(scheme, med, speeds)
 
@@ -268,7 +276,7 @@ def main(argv=None) -> int:
 
     _, tok = load_model_and_tokenizer("smollm2")
     prompt = text_ids(tok, "kjv", PROMPT, "--text").tolist()
-    eager = [Attnlab(n, prompt) for n in ("attnlab fp32", "attnlab bf16", "attnlab int8", "attnlab w8a8")]
+    eager = [Attnlab(f"attnlab {n}", prompt) for n in ("fp32", "bf16") + SCHEMES_RUN]
     sides = eager + [Compiled(e, args.wrapper) for e in eager] + [Projections(e) for e in eager]
     kv_f16 = kv_per_position(eager[0].model, 2)  # a position's f16 keys and values, llama.cpp's default cache
     sides += [LlamaCpp(f"llama.cpp {n}", args.dir / f"{n}.gguf", prompt, kv_f16)

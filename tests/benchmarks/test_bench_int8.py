@@ -56,3 +56,17 @@ def test_the_ledger_cells_are_bytes_roofline_and_yield(load_benchmark):
     cells = bench_decode._ledger_cells(10.0, (2 * mib, mib, mib), 2, 40.0 * mib)
     assert cells == "4.0 | 1.0 | 1.0 | 20.0 | 50%"
     assert bench_decode._ledger_cells(10.0, (4 * mib, 0, 0), 1, 40.0 * mib) == "4.0 | 0.0 | 0.0 | 10.0 | 100%"
+
+
+def test_the_decode_chain_reads_the_weights_a_scheme_entered_on_the_model(load_benchmark):
+    # a calibrated scheme (smoothquant) can only be made with its calibration: the chain takes the model's own
+    from attnlab.core import weights
+    from attnlab.quant.transform import QuantizedWeights
+    from tiny_models import random_ids
+
+    bench_decode = load_benchmark("bench_decode")
+    model = tiny("llama")
+    with QuantizedWeights(model, "smoothquant", calibration=random_ids(16)):
+        got = bench_decode.chain(model, "smoothquant", 1)
+        assert all(w is weights.of(p) for w, p in zip(got.ws, projections(model)))
+        got()

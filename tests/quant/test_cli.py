@@ -27,6 +27,33 @@ def test_quant_agreement_states_its_claims_and_measures_them(setup, tmp_path):
     assert claims["at_least"]["expected"] == 0.99 and claims["at_least"]["measured"] == m["top1_agreement"]
     assert claims["abs"]["tolerance"] == 0.01
     assert claims["abs"]["measured"] == pytest.approx(m["ppl_quant"] / m["ppl_float"] - 1)
+    for c in claims.values():  # each decided by its interval over the 4 windows, which holds what was measured
+        assert c["n"] == 4 and c["interval"][0] <= c["measured"] <= c["interval"][1]
+
+
+def test_a_calibrated_scheme_reads_its_calibration_text_not_the_scored_one(setup, tmp_path):
+    model, text = setup
+    out = tmp_path / "run"
+    calib = tmp_path / "other.txt"
+    assert main(["reproduce", "quant-agreement", "--out", str(out), "--set", f"model={model}",
+                 "--set", f"text={text}", "--set", "tokens=128", "--set", "window=64", "--set", "scheme=smoothquant",
+                 "--set", f"calibration={calib}", "--set", "calibration_tokens=32"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["calibration"] == {"text": str(calib), "tokens": 32} and m["scheme"] == "smoothquant"
+
+
+def test_the_windows_sums_and_their_intervals():
+    from attnlab.quant.experiments import per_window, window_intervals
+
+    # 10 ids in windows of 4: windows [0:4], [4:8], [8:10] score 3, 3 and 1 positions
+    agree = torch.tensor([1, 1, 0, 1, 1, 1, 0], dtype=torch.bool)
+    nll_q, nll_f = torch.arange(7.0), torch.zeros(7)
+    w = per_window(10, 4, agree, nll_q, nll_f)
+    assert w.tolist() == [[2, 3, 0, 3], [3, 12, 0, 3], [0, 6, 0, 1]]
+    share, ratio, n = window_intervals(10, 4, agree, nll_q, nll_f)
+    assert n == 3 and share[0] <= 5 / 7 <= share[1] and 0 <= share[0] <= share[1] <= 1
+    same = window_intervals(10, 4, agree, nll_f, nll_f)[1]
+    assert same == (0.0, 0.0)  # the same scores on every resample: no change, no spread
 
 
 def test_stream_runs_every_cache_on_int8_weights(setup, tmp_path):
