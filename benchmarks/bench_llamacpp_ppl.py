@@ -5,7 +5,8 @@ The protocol is quant-agreement's (attnlab.quant.experiments): the text's first 
 --window, each window its own forward from position 0, every position but each window's first scored.
 attnlab's float model is the reference for agreement. llama.cpp F32 holds the same weights, so its row is the
 check that the two sides read the same ids the same way (its perplexity should be the float model's to
-float rounding).
+float rounding). Each row's change of perplexity carries quant-agreement's interval: the 95% paired bootstrap over
+the windows. SmoothQuant calibrates on --calibration (never the scored text).
 
     L/bin/python benchmarks/bench_llamacpp_ppl.py --dir ggufs --out benchmarks/results/llamacpp-ppl
 
@@ -22,7 +23,7 @@ import torch
 from host import add_out, corpus, machine, number, parser, positive_int, recorded  # benchmarks/host.py
 
 GGUFS = ("F32", "BF16", "Q8_0", "Q4_1")
-SCHEMES_RUN = (None, "int8", "w8a8", "int4")  # attnlab's float model, then its weight schemes
+SCHEMES_RUN = (None, "int8", "w8a8", "smoothquant", "int4")  # attnlab's float model, then its weight schemes
 
 
 def llamacpp_predictions(path: Path, ids: torch.Tensor, window: int, bar) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,10 +45,18 @@ def llamacpp_predictions(path: Path, ids: torch.Tensor, window: int, bar) -> tup
     return windowed(logits_of, ids, window, bar)
 
 
-def row(name: str, top: torch.Tensor, nll: torch.Tensor, ref_top: torch.Tensor, ref_ppl: float) -> dict:
-    ppl = math.exp(float(nll.mean()))
-    return {"config": name, "ppl": ppl, "ppl_vs_float": ppl / ref_ppl - 1,
-            "top1_agreement": float((top == ref_top).double().mean()), "positions": int(top.numel())}
+def row(name: str, top: torch.Tensor, nll: torch.Tensor, ref: tuple[torch.Tensor, torch.Tensor], ids_len: int,
+        window: int) -> dict:
+    """One configuration's perplexity, its change from the reference's (with its interval over the windows) and
+    its top-1 agreement with the reference."""
+    from attnlab.quant.experiments import window_intervals
+
+    ref_top, ref_nll = ref
+    ppl, ref_ppl = math.exp(float(nll.mean())), math.exp(float(ref_nll.mean()))
+    share, ratio, n = window_intervals(ids_len, window, top == ref_top, nll, ref_nll)
+    return {"config": name, "ppl": ppl, "ppl_vs_float": ppl / ref_ppl - 1, "ppl_vs_float_interval": ratio,
+            "top1_agreement": float((top == ref_top).double().mean()), "top1_agreement_interval": share,
+            "windows": n, "positions": int(top.numel())}
 
 
 def main(argv=None) -> int:
@@ -57,6 +66,8 @@ def main(argv=None) -> int:
                     help="the text (default wikitext-2/test.txt)")
     ap.add_argument("--tokens", type=positive_int, default=16384, help="ids scored (default 16384)")
     ap.add_argument("--window", type=number(int, ">= 2"), default=512, help="tokens a window (default 512)")
+    ap.add_argument("--calibration", type=corpus(), default="wikitext-2/valid.txt",
+                    help="SmoothQuant's calibration text, its first 2048 ids (default wikitext-2/valid.txt)")
     add_out(ap)
     args = ap.parse_args(argv)
     missing = [n for n in GGUFS if not (args.dir / f"{n}.gguf").exists()]
@@ -73,22 +84,27 @@ def main(argv=None) -> int:
 
     model, tok = load_model_and_tokenizer("smollm2")
     ids = text_ids(tok, args.text, args.tokens, "--text")
-    with recorded(args.out, figures := {"text": args.text, "tokens": int(ids.numel()), "window": args.window}):
+    calib = text_ids(tok, args.calibration, 2048, "--calibration")
+    figures = {"text": args.text, "tokens": int(ids.numel()), "window": args.window,
+               "calibration": {"text": args.calibration, "tokens": int(calib.numel())}}
+    with recorded(args.out, figures):
         runs = {}
         for scheme in SCHEMES_RUN:
             name = f"attnlab {scheme or 'fp32'}"
-            with quantized(model, scheme), tqdm(total=ids.numel(), desc=name, file=sys.stderr) as bar:
+            with quantized(model, scheme, calib), tqdm(total=ids.numel(), desc=name, file=sys.stderr) as bar:
                 runs[name] = predictions(model, ids, args.window, bar)  # quant-agreement's own
         for g in GGUFS:
             with tqdm(total=ids.numel(), desc=f"llama.cpp {g}", file=sys.stderr) as bar:
                 runs[f"llama.cpp {g}"] = llamacpp_predictions(args.dir / f"{g}.gguf", ids, args.window, bar)
-        ref_top, ref_nll = runs["attnlab fp32"]
-        ref_ppl = math.exp(float(ref_nll.mean()))
-        figures["rows"] = [row(n, top, nll, ref_top, ref_ppl) for n, (top, nll) in runs.items()]
+        figures["rows"] = [row(n, top, nll, runs["attnlab fp32"], ids.numel(), args.window)
+                           for n, (top, nll) in runs.items()]
         print(f"# {machine()}; SmolLM2-135M, {args.text}, {ids.numel()} ids in windows of {args.window}\n")
-        print("| configuration | perplexity | vs attnlab fp32 | top-1 agreement with attnlab fp32 |\n|---|---|---|---|")
+        print("| configuration | perplexity | vs attnlab fp32 (95% interval) | top-1 agreement with attnlab fp32 |\n"
+              "|---|---|---|---|")
         for r in figures["rows"]:
-            print(f"| {r['config']} | {r['ppl']:.3f} | {r['ppl_vs_float']:+.2%} | {r['top1_agreement']:.4f} |")
+            lo, hi = r["ppl_vs_float_interval"]
+            print(f"| {r['config']} | {r['ppl']:.3f} | {r['ppl_vs_float']:+.2%} ({lo:+.2%} to {hi:+.2%}) | "
+                  f"{r['top1_agreement']:.4f} |")
     return 0
 
 

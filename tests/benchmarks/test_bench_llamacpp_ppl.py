@@ -73,9 +73,12 @@ def test_each_window_is_scored_by_the_cross_entropy_of_each_next_token():
 def test_a_row_is_perplexity_against_the_reference(bench):
     top, ref = torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 0, 4])
     nll = torch.full((4,), math.log(20.0), dtype=torch.float64)
-    r = bench.row("x", top, nll, ref, 16.0)
+    ref_nll = torch.full((4,), math.log(16.0), dtype=torch.float64)
+    r = bench.row("x", top, nll, (ref, ref_nll), ids_len=6, window=3)  # windows [0:3], [3:6]: 2 positions each
     assert r["ppl"] == pytest.approx(20.0) and r["ppl_vs_float"] == pytest.approx(0.25)
-    assert r["top1_agreement"] == 0.75 and r["positions"] == 4
+    assert r["top1_agreement"] == 0.75 and r["positions"] == 4 and r["windows"] == 2
+    assert r["ppl_vs_float_interval"] == pytest.approx((0.25, 0.25))  # every window the same change
+    assert 0.5 <= r["top1_agreement_interval"][0] <= 0.75 <= r["top1_agreement_interval"][1] <= 1
 
 
 def test_missing_ggufs_are_one_line_before_any_work(bench, monkeypatch, capsys, tmp_path):

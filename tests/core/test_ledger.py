@@ -45,3 +45,11 @@ def test_the_roofline_is_bandwidth_over_bytes_and_the_yield_its_share():
     assert line["bytes_per_token"] == weight_bytes(model) + 1000 + 24
     assert line["roofline_tokens_per_s"] == pytest.approx(1e9 / line["bytes_per_token"])
     assert line["yield"] == pytest.approx(50.0 / line["roofline_tokens_per_s"])
+
+
+def test_a_run_fed_many_tokens_a_forward_reads_its_bytes_once_for_all_of_them():
+    model = tiny("llama", 0)
+    one = ledger(model, tokens_per_s=50.0, kv_bytes=1000, bandwidth=1e9)
+    chunked = ledger(model, tokens_per_s=50.0, kv_bytes=1000, bandwidth=1e9, tokens_per_forward=256)
+    assert chunked["bytes_per_token"] == pytest.approx(one["bytes_per_token"] / 256)
+    assert chunked["yield"] == pytest.approx(one["yield"] / 256) and chunked["tokens_per_forward"] == 256

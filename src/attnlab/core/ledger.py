@@ -8,6 +8,10 @@ At batch 1 a decode step reads every weight once and the whole KV cache it keeps
                     + KV kept (the mean over the run) + extra (a sparsity predictor's weights)
     roofline        = bandwidth / bytes per token        yield = measured tokens/s / roofline
 
+A run fed c tokens a forward (a stream's chunk, a prompt's prefill) reads the weights and the cache once for all
+c: its bytes per token are the sum above over c. Taken per token, a chunked run's roofline would be c times too
+low and its yield above 1.
+
 The bandwidth is measured in the same run, STREAM's copy kernel: the bytes read and written per second
 while copying a buffer larger than the caches. A yield near 1 means the step is as fast as reading its bytes
 allows; what is left below it is the step's other work (launches, small ops, the attention's arithmetic).
@@ -58,11 +62,12 @@ def weight_bytes(model: nn.Module, shares: dict[nn.Module, float] | None = None)
 
 
 def ledger(model: nn.Module, tokens_per_s: float, kv_bytes: float, bandwidth: float,
-           shares: dict[nn.Module, float] | None = None, extra_bytes: int = 0) -> dict:
-    """One run's line of the ledger (bytes, the roofline tokens/s at ``bandwidth`` bytes/s, the yield)."""
+           shares: dict[nn.Module, float] | None = None, extra_bytes: int = 0, tokens_per_forward: float = 1) -> dict:
+    """One run's line of the ledger (bytes, the roofline tokens/s at ``bandwidth`` bytes/s, the yield); a run of
+    ``tokens_per_forward`` tokens a forward (on average) reads its bytes once for all of them."""
     w = weight_bytes(model, shares)
-    per_token = w + kv_bytes + extra_bytes
+    per_token = (w + kv_bytes + extra_bytes) / tokens_per_forward
     roofline = bandwidth / per_token
     return {"bytes_per_token": per_token, "weight_bytes": w, "kv_bytes": kv_bytes, "extra_bytes": extra_bytes,
-            "bandwidth_bytes_per_s": bandwidth, "roofline_tokens_per_s": roofline,
-            "tokens_per_s": tokens_per_s, "yield": tokens_per_s / roofline}
+            "tokens_per_forward": tokens_per_forward, "bandwidth_bytes_per_s": bandwidth,
+            "roofline_tokens_per_s": roofline, "tokens_per_s": tokens_per_s, "yield": tokens_per_s / roofline}

@@ -4,9 +4,12 @@ KV bytes and decode tokens/s. No claims: it measures."""
 from __future__ import annotations
 
 import json
+import math
 
 from attnlab.experiments.registry import Result, register
 from attnlab.kv.configs import StreamRun
+
+DENSE_CHUNK = 256  # the dense reference's tokens a forward: its scores, not its speed, are what it is for
 
 
 @register("stream", "streaming perplexity, memory and speed of one KV-cache policy on a model", StreamRun,
@@ -36,7 +39,7 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
             runs[policy.describe()] = stream_nll(model, ids, cache, cfg.chunk, bar)
         if cfg.dense:
             with ctx.progress(len(ids) - 1, "dense") as bar:
-                runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), 256, bar)
+                runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), DENSE_CHUNK, bar)
         compile_s = None
         if cfg.compile:
             runs["full, compiled"], compile_s = compiled_run(model, ids, ctx, cfg.compile_wrapper)
@@ -46,8 +49,10 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
         bandwidth = copy_bandwidth(ctx.device)  # measured here, beside the runs it sets the roofline of
         sparse = applied.handle("mlp")  # a SparseMLP, or None
         shares, extra = read_shares(model, methods), sparse.predictor_bytes() if sparse is not None else 0
+        n = len(ids) - 1  # the tokens each run feeds, c a forward: n / ceil(n / c) a forward on average
+        per_forward = {k: n / math.ceil(n / c) for k, c in ((policy.describe(), cfg.chunk), ("dense", DENSE_CHUNK))}
         lines = {k: ledger(model, r.tokens_per_s, sum(b for _, b in r.kv_bytes) / len(r.kv_bytes), bandwidth, shares,
-                           extra)
+                           extra, per_forward.get(k, 1))
                  for k, r in runs.items() if r.kv_bytes}  # the recomputed window reads no cache: no line
     stream_figure(ctx, runs, {}, model.config.max_position_embeddings, "stream.png")
     (ctx.out / "nll.json").write_text(json.dumps({k: r.nll.round(5).tolist() for k, r in runs.items()}) + "\n")

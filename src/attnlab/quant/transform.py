@@ -90,6 +90,7 @@ class QuantizedWeights:
         return full, sum(getattr(p, weights.ATTR).nbytes for p in self._done)
 
 
-def quantized(model: nn.Module, scheme: str | None):
-    """QuantizedWeights for a scheme name, or a do-nothing context for none ("" or None): what --quant enters."""
-    return QuantizedWeights(model, scheme) if scheme else nullcontext()
+def quantized(model: nn.Module, scheme: str | None, calibration: torch.Tensor | None = None):
+    """QuantizedWeights for a scheme name (a calibrated one reads ``calibration``), or a do-nothing context for
+    none ("" or None)."""
+    return QuantizedWeights(model, scheme, calibration=calibration) if scheme else nullcontext()
