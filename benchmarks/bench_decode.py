@@ -126,9 +126,6 @@ def _run_or_say(name: str, build, tok, batch: int, prompt: torch.Tensor) -> Run 
         return None
 
 
-_own = weights.of  # a projection's quantized weight while a scheme is entered on the model
-
-
 class chain:
     """One step's projections alone (x random; the shapes and bytes are the model's) under a weight scheme (None:
     the float weights, cast to ``dtype``): call it to run them; ``nbytes``, the weights it reads."""
@@ -137,8 +134,9 @@ class chain:
         projs = projections(model)
         xs = [torch.randn(batch, arch.weight(p).shape[1]) for p in projs]
         if scheme:  # the model's own quantized weights where a scheme is entered on it (a calibrated one must be)
-            self.xs, self.ws = xs, [_own(p) if _own(p) is not None else SCHEMES.get(scheme).quantize(arch.weight(p))
-                                   for p in projs]
+            own = [weights.of(p) for p in projs]
+            self.xs, self.ws = xs, [w if w is not None else SCHEMES.get(scheme).quantize(arch.weight(p))
+                                    for w, p in zip(own, projs)]
             self.run = lambda: [w.linear(x) for x, w in zip(self.xs, self.ws)]
         else:
             self.xs, self.ws = [x.to(dtype) for x in xs], [arch.weight(p).detach().to(dtype) for p in projs]

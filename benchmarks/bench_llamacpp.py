@@ -44,9 +44,8 @@ from host import add_out, machine, parser, positive_int, recorded  # benchmarks/
 PROMPT, STEPS = 256, 128
 GOAL = 0.8  # issue 56: attnlab int8 >= 0.8x llama.cpp Q8_0
 # attnlab's weight schemes run here: weight-only int8 (bf16 activations), W8A8 (int8 activations too, as Q8_0), and
-# SmoothQuant (W8A8 with calibrated smoothing: it reads CALIBRATION's first 2,048 tokens, never the prompt's text)
+# SmoothQuant (W8A8 with calibrated smoothing: it reads the methods' default calibration text, never the prompt's)
 SCHEMES_RUN = ("int8", "w8a8", "smoothquant")
-CALIBRATION = "wikitext-2/valid.txt"
 LLAMA = {"F32": "f32", "BF16": "bf16", "Q8_0": "q8_0"}  # converter out-types; Q4_1 is the fetched file
 
 
@@ -91,6 +90,7 @@ class Attnlab:
         from transformers import DynamicCache
 
         from attnlab.evals.inputs import text_ids
+        from attnlab.methods.base import CALIBRATION_TEXT, CALIBRATION_TOKENS
         from attnlab.models.pretrained import load_model_and_tokenizer
         from attnlab.quant.schemes import SCHEMES
         from attnlab.quant.transform import QuantizedWeights
@@ -103,7 +103,8 @@ class Attnlab:
         self.scheme_name = next((q for q in SCHEMES_RUN if name.endswith(q)), None)
         self.scheme = None
         if self.scheme_name:
-            calib = text_ids(tok, CALIBRATION, 2048) if SCHEMES.get(self.scheme_name).calibrated else None
+            calibrated = SCHEMES.get(self.scheme_name).calibrated
+            calib = text_ids(tok, CALIBRATION_TEXT, CALIBRATION_TOKENS) if calibrated else None
             self.scheme = QuantizedWeights(self.model, self.scheme_name, calibration=calib).__enter__()
 
     def bytes_per_token(self) -> tuple[int, float]:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from attnlab.methods.base import CALIBRATION_TEXT, CALIBRATION_TOKENS
+
 from host import add_out, corpus, machine, number, parser, positive_int, recorded  # benchmarks/host.py
 
 GGUFS = ("F32", "BF16", "Q8_0", "Q4_1")
@@ -66,8 +68,9 @@ def main(argv=None) -> int:
                     help="the text (default wikitext-2/test.txt)")
     ap.add_argument("--tokens", type=positive_int, default=16384, help="ids scored (default 16384)")
     ap.add_argument("--window", type=number(int, ">= 2"), default=512, help="tokens a window (default 512)")
-    ap.add_argument("--calibration", type=corpus(), default="wikitext-2/valid.txt",
-                    help="SmoothQuant's calibration text, its first 2048 ids (default wikitext-2/valid.txt)")
+    ap.add_argument("--calibration", type=corpus(), default=CALIBRATION_TEXT,
+                    help=f"SmoothQuant's calibration text, its first {CALIBRATION_TOKENS} ids "
+                    f"(default {CALIBRATION_TEXT})")
     add_out(ap)
     args = ap.parse_args(argv)
     missing = [n for n in GGUFS if not (args.dir / f"{n}.gguf").exists()]
@@ -84,7 +87,7 @@ def main(argv=None) -> int:
 
     model, tok = load_model_and_tokenizer("smollm2")
     ids = text_ids(tok, args.text, args.tokens, "--text")
-    calib = text_ids(tok, args.calibration, 2048, "--calibration")
+    calib = text_ids(tok, args.calibration, CALIBRATION_TOKENS, "--calibration")
     figures = {"text": args.text, "tokens": int(ids.numel()), "window": args.window,
                "calibration": {"text": args.calibration, "tokens": int(calib.numel())}}
     with recorded(args.out, figures):

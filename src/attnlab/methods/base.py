@@ -46,11 +46,13 @@ class Context:
     model_name: str = ""
 
 
+# what a calibrated method or experiment reads unless told otherwise: a split no evaluation scores
+CALIBRATION_TEXT, CALIBRATION_TOKENS = "wikitext-2/valid.txt", 2048
 # the options of every method that calibrates on a text (a sparsity rule's thresholds, SmoothQuant's maxima);
 # attnlab.evals.inputs.calibration_ids reads them
-CALIBRATION = [("calibration", str, option("wikitext-2/valid.txt", "the text the method calibrates on (never the "
-                                                                   "evaluation text)")),
-               ("calibration_tokens", int, option(2048, "calibration tokens", bounds=">= 1"))]
+CALIBRATION = [("calibration", str, option(CALIBRATION_TEXT, "the text the method calibrates on (never the "
+                                                             "evaluation text)")),
+               ("calibration_tokens", int, option(CALIBRATION_TOKENS, "calibration tokens", bounds=">= 1"))]
 
 
 @dataclass(frozen=True)

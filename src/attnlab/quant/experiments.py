@@ -23,6 +23,7 @@ from attnlab.core.errors import ConfigError
 from attnlab.experiments.claims import check, finding
 from attnlab.experiments.intervals import RESAMPLES, paired_bootstrap
 from attnlab.experiments.registry import Result, register
+from attnlab.methods.base import CALIBRATION_TEXT, CALIBRATION_TOKENS
 from attnlab.methods.configured import configured, enter_configured, methods_option
 from attnlab.quant.schemes import SCHEMES
 
@@ -34,8 +35,8 @@ class QuantAgreement:
     tokens: int = 16384
     window: int = 512
     scheme: str = "int8"
-    calibration: str = "wikitext-2/valid.txt"  # what a calibrated scheme (smoothquant) reads: never the text scored
-    calibration_tokens: int = 2048
+    calibration: str = CALIBRATION_TEXT  # what a calibrated scheme (smoothquant) reads: never the text scored
+    calibration_tokens: int = CALIBRATION_TOKENS
     methods: tuple[str, ...] = methods_option()  # RoPE scalings both sides run under
 
     METHOD_KINDS: ClassVar = ("rope",)

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
+from attnlab.methods.base import CALIBRATION_TEXT, CALIBRATION_TOKENS
 from attnlab.methods.configured import QUANT, WEIGHTS_AND_ROPE, configured, methods_option
 from attnlab.sparsity.registry import RULES, rule_names
 
@@ -34,9 +35,9 @@ class SparsityRun:
     keep: float = option(0.5, "share of MLP neurons kept per token, in (0, 1]")
     heads_keep: float | None = option(None, "also keep only this share of attention heads per token, in (0, 1]")
     text: str = option("wikitext-2/test.txt", "evaluation text: a file, or wikitext-2/test.txt / kjv / war-and-peace")
-    calibration: str = option("wikitext-2/valid.txt", f"calibration text of the rules built from one ({CALIBRATED})")
+    calibration: str = option(CALIBRATION_TEXT, f"calibration text of the rules built from one ({CALIBRATED})")
     tokens: int = option(2048, "evaluation tokens")
-    calibration_tokens: int = option(2048, "calibration tokens")
+    calibration_tokens: int = option(CALIBRATION_TOKENS, "calibration tokens")
     window: int = option(512, "tokens per forward; each window is scored on its own")
     speed: bool = option(False, "also time greedy decoding at batch 1, dense vs the MLPs on the kept neurons only "
                          "(a rule that reads the dense h to choose, as the oracle does, pays for that h first: its "
