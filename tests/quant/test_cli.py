@@ -100,3 +100,13 @@ def test_a_scheme_registered_in_one_place_reaches_help_validation_and_the_transf
     assert "fp16-test" in json.loads((out / "metrics.json").read_text())["methods"]
     assert "--quant fp16-test is --method fp16-test" in capsys.readouterr().err  # the new spelling, said
     assert SCHEMES.names()[-1] == "fp16-test"
+
+
+def test_a_missing_calibration_text_is_one_line_naming_its_own_setting(setup, tmp_path, capsys):
+    model, text = setup
+    out = tmp_path / "run"
+    rc = main(["reproduce", "quant-agreement", "--out", str(out), "--set", f"model={model}", "--set", f"text={text}",
+               "--set", "tokens=128", "--set", "window=64", "--set", "scheme=smoothquant",
+               "--set", f"calibration={tmp_path / 'nope.txt'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--set calibration=PATH" in err[0] and not out.exists()

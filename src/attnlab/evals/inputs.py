@@ -39,7 +39,8 @@ def text_ids(tok, text: str, tokens: int, fix: str | None = None) -> torch.Tenso
     ``fix``: how the caller's user names the text (default ``--set text=PATH``)."""
     ids = first_ids(tok, read_corpus(text, "text", fix), tokens)
     if len(ids) < tokens:
-        raise ConfigError(f"text={text} has only {len(ids)} tokens; need tokens={tokens}")
+        raise ConfigError(f"text={text} has only {len(ids)} tokens; need tokens={tokens}: ask for fewer, or give "
+                          f"a longer text with {fix or '--set text=PATH'}")
     return torch.tensor(ids)
 
 

@@ -107,7 +107,8 @@ def run_agreement(cfg: QuantAgreement, ctx) -> Result:
     model, tok = load_model(cfg.model, ctx.device)
     enter_configured(cfg, model, tok, ctx)  # under both the float and the quantized predictions
     ids = text_ids(tok, cfg.text, cfg.tokens)
-    calib = text_ids(tok, cfg.calibration, cfg.calibration_tokens) if SCHEMES.get(cfg.scheme).calibrated else None
+    calib = (text_ids(tok, cfg.calibration, cfg.calibration_tokens, "--set calibration=PATH")
+             if SCHEMES.get(cfg.scheme).calibrated else None)
     with ctx.progress(ids.numel(), "float") as bar:
         top_f, nll_f = predictions(model, ids, cfg.window, bar)
     with QuantizedWeights(model, cfg.scheme, calibration=calib) as q, \
