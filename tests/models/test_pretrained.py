@@ -309,6 +309,5 @@ def test_cli_module_follows_the_command_protocol():
 
     sub = argparse.ArgumentParser().add_subparsers(dest="command")
     cli.add_commands(sub)
-    assert cli.GROUP == "models" and set(sub.choices) == {"models", "generate"}
+    assert cli.GROUP == "models" and set(sub.choices) == {"models"}
     assert sub.choices["models"].get_default("func") is cli.cmd_models
-    assert sub.choices["generate"].get_default("func") is cli.cmd_generate
