@@ -58,7 +58,7 @@ def test_generate_under_methods_decodes_what_the_stack_decodes(tmp_path, capsys,
 @pytest.mark.slow
 def test_generate_compiles_under_a_weight_scheme_the_tokens_eager_writes(tmp_path, capsys):
     folder = _folder(tmp_path / "model")
-    assert main(_argv(folder, "int8", new=8) + ["--compile"]) == 0
+    assert main(_argv(folder, "int8", "full", new=8) + ["--compile"]) == 0  # full: the static cache's policy
     said = capsys.readouterr()
     assert said.out == _greedy(folder, "int8", new=8) + "\n"
     assert "compiled the decode step in" in said.err

@@ -28,7 +28,7 @@ EPILOG = """examples:
   attnlab generate --model runs/llama/model --prompt 'ROMEO:' --temperature 0.8 --top-k 40 --seed 1
 
 --compile decodes through a static cache that keeps every position: it takes every kind of method but a
-KV-cache policy (drop one of the two)."""
+KV-cache policy that evicts (full is that cache)."""
 
 
 def add_commands(sub) -> None:
@@ -68,10 +68,11 @@ def check(args) -> list:
         check_wrapper(args.compile, "--compile")
         if args.temperature > 0:
             raise UsageError("--compile decodes greedily: drop --temperature (or --compile)")
-        kv = [m.spec() for m in methods if m.kind == "kv"]
-        if kv:  # the compiled step's cache keeps every position: an evicting one is not in its graph
-            raise UsageError(f"--compile decodes through a static cache of every position: drop --method {kv[0]} "
-                             "(or --compile)")
+        # the compiled step's cache keeps every position: an evicting one is not in its graph (full is that cache)
+        evicting = [m.spec() for m in methods if m.kind == "kv" and m.policy().capacity(1 << 40) is not None]
+        if evicting:
+            raise UsageError(f"--compile decodes through a static cache of every position: drop --method "
+                             f"{evicting[0]} (or --compile)")
     return methods
 
 
