@@ -33,13 +33,14 @@ def _argv(folder, *methods, new=16):
             + [a for m in methods for a in ("--method", m)])
 
 
-def _greedy(folder, *methods, new=16) -> str:
-    """The text the stack's own generate decodes, greedy: ``methods`` entered by attnlab.apply."""
+def _greedy(folder, *methods, new=16) -> tuple[str, int]:
+    """The text the stack's own generate decodes, greedy, and its new tokens: ``methods`` entered by
+    attnlab.apply."""
     model, tok = load_model_and_tokenizer(str(folder))
     ids = tok(PROMPT, return_tensors="pt", add_special_tokens=False).input_ids
     with attnlab.apply(model, *methods, tokenizer=tok):
         out = model.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=tok.eos_token_id)
-    return tok.decode(out[0].tolist())
+    return tok.decode(out[0].tolist()), out.shape[1] - ids.shape[1]
 
 
 @pytest.mark.parametrize("methods", [("h2o:budget=12,positions=rolling",),
@@ -48,11 +49,13 @@ def test_generate_under_methods_decodes_what_the_stack_decodes(tmp_path, capsys,
     folder = _folder(tmp_path / "model")
     assert main(_argv(folder, *methods)) == 0
     said = capsys.readouterr()
-    want = _greedy(folder, *methods)
+    want, n = _greedy(folder, *methods)
     assert said.out == want + "\n"
-    assert want != _greedy(folder)  # the methods change what is decoded: a flag left unread would show
+    assert want != _greedy(folder)[0]  # the methods change what is decoded: a flag left unread would show
     stack = ";".join(m.spec() for m in attnlab.methods.ordered(list(methods)))  # the stack's order, not the flags'
-    assert f"\nunder {stack}\n" in said.err and "tokens/s" in said.err
+    assert f"\nunder {stack}\n" in said.err
+    # the prompt's forward and the decode steps apart: the first new token is the prompt forward's
+    assert f"\nprompt: {len(PROMPT)} tokens in " in said.err and f"; decode: {n - 1} tokens in " in said.err
 
 
 @pytest.mark.slow
@@ -60,8 +63,9 @@ def test_generate_compiles_under_a_weight_scheme_the_tokens_eager_writes(tmp_pat
     folder = _folder(tmp_path / "model")
     assert main(_argv(folder, "int8", "full", new=8) + ["--compile"]) == 0  # full: the static cache's policy
     said = capsys.readouterr()
-    assert said.out == _greedy(folder, "int8", new=8) + "\n"
-    assert "compiled the decode step in" in said.err
+    want, n = _greedy(folder, "int8", new=8)
+    assert said.out == want + "\n"
+    assert "compiled the decode step in" in said.err and f"; decode: {n - 1} tokens in " in said.err
 
 
 @pytest.mark.parametrize("extra, fragment", [
@@ -80,6 +84,17 @@ def test_generate_refuses_bad_input_before_the_model_loads(tmp_path, capsys, ext
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("attnlab: error: ") and fragment in err and err.count("\n") == 1
+
+
+def test_the_clock_times_the_prompt_and_the_decode_apart(monkeypatch):
+    from attnlab.generate import cli
+
+    now = iter([10.0, 10.5, 14.0])  # start, the prompt's forward done (asked twice: read once), the end
+    monkeypatch.setattr(cli.time, "perf_counter", lambda: next(now))
+    clock = cli.Clock()
+    scores = torch.ones(1, 3)
+    assert clock(None, scores) is scores and clock(None, scores) is scores  # a logits processor: scores as given
+    assert clock.report(4, 7) == "prompt: 4 tokens in 0.50 s (8.0 tokens/s); decode: 6 tokens in 3.50 s (1.7 tokens/s)"
 
 
 def test_generate_is_its_own_capabilitys_command():

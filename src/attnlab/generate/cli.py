@@ -19,7 +19,8 @@ With --method the model decodes under methods of any kind, one of each, composed
 composes them (`attnlab methods` lists them): a weight scheme (int8, w8a8, smoothquant), a RoPE scaling
 (yarn:factor=2), a contextual-sparsity rule (cats:keep=0.5) and a KV-cache policy (h2o:budget=256), whose
 evicting cache generation then runs through. The model is as it was once the command ends.
-Speed goes to stderr (tokens/s, the prompt's forward included); the text to stdout."""
+Speed goes to stderr, the prompt's forward and the decode steps apart (as llama.cpp's prompt eval and eval);
+the text to stdout."""
 
 EPILOG = """examples:
   attnlab generate --model smollm2 --prompt 'The capital of France is'
@@ -76,19 +77,49 @@ def check(args) -> list:
     return methods
 
 
-def _compiled_greedy(model, ids, max_new: int, wrapper: str):
-    """(ids (1, T) and the greedy continuation through attnlab.models.compiled, stopping where generate would
-    at the model's end-of-sequence tokens; the compile's seconds): the compile happens first, on its own line."""
+class Clock:
+    """The prompt's forward and the decode steps timed apart, as llama.cpp reports its prompt eval and eval: called
+    once the prompt's forward is done (generate calls it as a logits processor, before its first token; the
+    compiled step after its prefill), it keeps that time and leaves the scores as they are."""
+
+    def __init__(self):
+        self.start, self.prompted = time.perf_counter(), None
+
+    def __call__(self, input_ids=None, scores=None):
+        if self.prompted is None:
+            self.prompted = time.perf_counter()
+        return scores
+
+    def restart(self) -> None:
+        """Time from now (what came before, a compile, is not the prompt's)."""
+        self.start, self.prompted = time.perf_counter(), None
+
+    def report(self, prompt: int, new: int) -> str:
+        """One line: the prompt's tokens/s, then the decode's (its new tokens after the first, which the prompt's
+        forward gave)."""
+        end = time.perf_counter()
+        prompted = self.prompted or end
+
+        def rate(what: str, n: int, seconds: float) -> str:
+            return f"{what}: {n} tokens in {seconds:.2f} s ({n / seconds:.1f} tokens/s)"
+
+        line = rate("prompt", prompt, prompted - self.start)
+        return line + (f"; {rate('decode', new - 1, end - prompted)}" if new > 1 else "")
+
+
+def _compiled_greedy(model, ids, max_new: int, wrapper: str, clock: Clock):
+    """ids (1, T) and the greedy continuation through attnlab.models.compiled, stopping where generate would at
+    the model's end-of-sequence tokens: the compile happens first, on its own line, and ``clock`` starts after."""
     import torch
 
     from attnlab.models.compiled import CompiledDecode
 
     eos = model.generation_config.eos_token_id
     dec = CompiledDecode(model, max_len=ids.shape[1] + max_new, wrapper=wrapper)
-    compile_s = dec.warm(ids)
-    print(f"compiled the decode step in {compile_s:.1f} s", file=sys.stderr)
-    new = dec.greedy(ids, max_new, set([eos] if isinstance(eos, int) else eos or []))
-    return torch.cat([ids, new], dim=1), compile_s
+    print(f"compiled the decode step in {dec.warm(ids):.1f} s", file=sys.stderr)
+    clock.restart()
+    new = dec.greedy(ids, max_new, set([eos] if isinstance(eos, int) else eos or []), prompted=clock)
+    return torch.cat([ids, new], dim=1)
 
 
 def cmd_generate(args) -> int:
@@ -108,16 +139,13 @@ def cmd_generate(args) -> int:
         if methods:
             print(f"under {applied.spec()}", file=sys.stderr)
         torch.manual_seed(args.seed)
-        t0, compile_s = time.perf_counter(), 0.0
+        clock = Clock()
         if args.compile:
-            out, compile_s = _compiled_greedy(model, ids, args.max_new_tokens, args.compile)
+            out = _compiled_greedy(model, ids, args.max_new_tokens, args.compile, clock)
         else:  # a KV method's evicting cache is generate's own (attnlab.kv.methods)
             out = model.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=sample,
                                  temperature=args.temperature if sample else None, top_k=args.top_k or None,
-                                 top_p=None, pad_token_id=tok.eos_token_id)
-        seconds = time.perf_counter() - t0 - compile_s
-    n = out.shape[1] - ids.shape[1]
-    print(f"{n} new tokens in {seconds:.2f} s: {n / seconds:.1f} tokens/s (the prompt's forward included)",
-          file=sys.stderr)
+                                 top_p=None, pad_token_id=tok.eos_token_id, logits_processor=[clock])
+        print(clock.report(ids.shape[1], out.shape[1] - ids.shape[1]), file=sys.stderr)
     sys.stdout.write(tok.decode(out[0].tolist()) + "\n")
     return 0

@@ -142,9 +142,12 @@ class CompiledDecode:
         self._token.copy_(token.view(1, 1))
         return self._step(self._token, self._positions(1))
 
-    def greedy(self, ids: torch.Tensor, max_new: int, eos: set[int] = frozenset()) -> torch.Tensor:
-        """ids (1, T) -> (1, n) greedy tokens, n <= max_new: stops after an ``eos`` token, as generate does."""
+    def greedy(self, ids: torch.Tensor, max_new: int, eos: set[int] = frozenset(), prompted=None) -> torch.Tensor:
+        """ids (1, T) -> (1, n) greedy tokens, n <= max_new: stops after an ``eos`` token, as generate does.
+        ``prompted()``, if given, is called once the prompt's forward is done (a clock: prompt and decode apart)."""
         new = [int(self.prefill(ids)[0].argmax())]
+        if prompted is not None:
+            prompted()
         while len(new) < max_new and new[-1] not in eos:
             new.append(int(self.step(torch.tensor([new[-1:]]))[0].argmax()))
         return torch.tensor([new])
