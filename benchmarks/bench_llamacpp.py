@@ -15,8 +15,9 @@ in float32), and F32, BF16 and Q8_0 converted from the float folder by llama.cpp
     L/bin/python benchmarks/bench_llamacpp.py run --dir ggufs --out benchmarks/results/bench-llamacpp
 
 Each turn prefills the prompt afresh and times the greedy steps after the first: decode tokens/s. attnlab runs
-its models (fp32, bf16, weight-only int8, W8A8: int8 activations too, the kind Q8_0 is, and SmoothQuant: W8A8
-calibrated on a text) three ways: eager
+its models (fp32, bf16, weight-only int8, W8A8: int8 activations too, the kind Q8_0 is, SmoothQuant: W8A8
+calibrated on a text, and W8A8x2: each activation as two int8 slices, weight-only int8's precision through W8A8's
+integer kernel) three ways: eager
 as ``attnlab stream`` does (transformers' Llama, DynamicCache); compiled
 (attnlab.models.compiled: a static cache and the step compiled once, before the turns); and its ceiling, the
 step's projections alone through the same kernels (a step with nothing else in it). 2 torch threads;
@@ -45,7 +46,7 @@ PROMPT, STEPS = 256, 128
 GOAL = 0.8  # issue 56: attnlab int8 >= 0.8x llama.cpp Q8_0
 # attnlab's weight schemes run here: weight-only int8 (bf16 activations), W8A8 (int8 activations too, as Q8_0), and
 # SmoothQuant (W8A8 with calibrated smoothing: it reads the methods' default calibration text, never the prompt's)
-SCHEMES_RUN = ("int8", "w8a8", "smoothquant")
+SCHEMES_RUN = ("int8", "w8a8", "smoothquant", "w8a8x2")
 LLAMA = {"F32": "f32", "BF16": "bf16", "Q8_0": "q8_0"}  # converter out-types; Q4_1 is the fetched file
 
 

@@ -48,9 +48,10 @@ def test_the_weight_is_int8s_and_only_the_activations_differ():
     assert not torch.equal(w8a.linear(x), w8.linear(x))  # bf16 activations there, int8 here
 
 
-def test_gathered_rows_and_kept_columns_go_through_the_same_rounding():
+@pytest.mark.parametrize("quantize", [w8a8.quantize, w8a8.quantize_x2])
+def test_gathered_rows_and_kept_columns_go_through_the_same_rounding(quantize):
     w, x = _w()
-    w8, rows = w8a8.quantize(w), torch.tensor([0, 5, 6, 31])
+    w8, rows = quantize(w), torch.tensor([0, 5, 6, 31])
     assert torch.equal(w8.rows(rows).linear(x), w8.linear(x)[:, rows])  # the rows' own integer sums
     keep = torch.tensor([1, 4, 9, 40])
     zeroed = torch.zeros_like(x)
@@ -140,3 +141,63 @@ def test_smoothquant_is_registered_as_a_calibrated_scheme():
     w, x = _outlier()
     x_max = x.abs().amax(0)
     assert torch.equal(SCHEMES.get("smoothquant").quantize(w, x_max).linear(x), w8a8.smoothquant(w, x_max).linear(x))
+
+
+# Two slices: the high rounding's residue rounded again, SLICE times finer, both through the integer product
+
+def test_the_two_slices_stand_for_each_row_to_half_a_low_step():
+    _, x = _w()
+    x[2] = 0
+    slices, a = w8a8.split_rows(x)
+    hi, lo = slices[:5].float(), slices[5:].float()
+    assert slices.dtype == torch.int8 and slices.shape == (10, 48) and slices.abs().max() <= 127
+    assert torch.equal(slices[:5], w8a8.quantize_rows(x)[0])  # the high slice is W8A8's own rounding
+    assert ((a * (hi + lo / w8a8.SLICE) - x).abs() <= a / w8a8.SLICE / 2 + 1e-6).all()
+    assert lo.abs().amax() > 100  # the residue takes the low slice's range (it spans half a high step)
+    assert (slices[[2, 7]] == 0).all()
+
+
+@pytest.mark.parametrize("inp", [48, 24, 7])
+def test_the_two_slice_product_is_the_integer_product_of_each_slice(inp):
+    w, x = _w(inp=inp)
+    w8, bias = w8a8.quantize_x2(w), torch.randn(w.shape[0])
+    got = w8.linear(x, bias)
+    slices, a = w8a8.split_rows(x)
+    q = w8.q[:, :inp].double().T
+    want = (slices[:5].double() @ q + slices[5:].double() @ q / w8a8.SLICE) * a * w8.scale.double() + bias.double()
+    assert got.dtype == x.dtype and got.shape == (5, w.shape[0])
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-5)
+
+
+def test_two_slices_keep_the_product_within_half_a_low_step_of_the_int8_weights():
+    """The error left is the activations' half low step against each weight row's size: far below one slice's,
+    and below the weight-only kernel's bf16 activations' (the weight's own rounding is the same in all three)."""
+    w, x = _outlier()  # an outlier unit sets each row's scale, as in a real model's hidden states
+    w8 = w8a8.quantize_x2(w)
+    exact = x.double() @ w8.dequantize().double().T  # the int8 weight against x as it is
+    err = (w8.linear(x).double() - exact).abs()
+    a = x.abs().amax(-1, keepdim=True).double() / 127
+    bound = a / w8a8.SLICE / 2 * w8.dequantize().double().abs().sum(-1)  # (rows, out)
+    assert (err <= bound + 1e-4).all()
+    one_slice = (w8a8.quantize(w).linear(x).double() - exact).abs().max()
+    weight_only = (int8.quantize(w).linear(x).double() - exact).abs().max()
+    assert err.max() < one_slice / 50 and err.max() < weight_only
+
+
+def test_off_the_cpu_the_two_slices_are_summed_in_float(monkeypatch):
+    w, x = _w()
+    w8 = w8a8.quantize_x2(w)
+
+    class Elsewhere(torch.Tensor):
+        @property
+        def device(self):
+            return torch.device("meta")
+
+    on_cpu = w8.linear(x)
+    monkeypatch.setattr(torch, "_int_mm", lambda *args: pytest.fail("the CPU kernel ran off the CPU"))
+    got = w8a8.matmul_x2(x.as_subclass(Elsewhere), w8.q[:, :w8.n_in], w8.scale).as_subclass(torch.Tensor)
+    torch.testing.assert_close(got, on_cpu, rtol=1e-5, atol=1e-4)
+
+
+def test_w8a8x2_is_registered_under_its_name():
+    assert SCHEMES.get("w8a8x2").quantize is w8a8.quantize_x2 and not SCHEMES.get("w8a8x2").calibrated

@@ -25,6 +25,18 @@ column j by it leaves the product unchanged in exact arithmetic, and moves the d
 to the weights (alpha = 0.5: half each side). max|X_j| is measured once, on a calibration text
 (:mod:`attnlab.quant.calibrate`); the division is one more elementwise op on the input, fused into the
 rounding in a compiled step.
+
+Two slices (``w8a8x2``): the activations as precise as weight-only int8's, the products still the integer
+kernel's. Each row is rounded to int8 as above (the high slice, step a = max|x_row| / 127), and what that
+rounding left, within half a step, is rounded again at a step SLICE times finer (the low slice, -127..127):
+
+    x[m, k] = a[m] * (hi[m, k] + lo[m, k] / SLICE)   to half a low step, a[m] / 508 (about 15 bits)
+    y[m, n] = a[m] * s[n] * (sum_k hi[m, k] q[n, k] + sum_k lo[m, k] q[n, k] / SLICE)
+
+The 2M slice rows go through one ``torch._int_mm``: at batch 1 the product is bound by reading the weight,
+which two rows read once, as one does. The idea is the Ozaki scheme's (splitting a float matrix into int8
+slices to run a float product on an integer unit; Ootomo, Ozaki & Yokota 2024), taken to two slices and to
+the activations only.
 """
 from __future__ import annotations
 
@@ -34,6 +46,7 @@ import torch.nn.functional as F
 from attnlab.core import int8
 
 LEVELS = 127.0  # symmetric int8: -127..127
+SLICE = 2 * LEVELS  # the low slice's step is the high one's / SLICE: the high rounding's residue spans -127..127
 ALPHA = 0.5  # SmoothQuant's migration strength: the paper's default, fixed before the first run here
 
 
@@ -55,6 +68,29 @@ def matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tenso
     return (acc * (a * scale.float())).to(x.dtype)
 
 
+def split_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, k) float -> (slices (2M, k) int8, a (M, 1) float32): rows 0..M-1 the high slice (quantize_rows'),
+    M..2M-1 the low one, the high rounding's residue at a step a / SLICE; a * (hi + lo / SLICE) is x to half a
+    low step."""
+    hi, a = quantize_rows(x)
+    residue = x.float() - hi.float() * a  # (M, k), within half a high step
+    lo = torch.round(residue * SLICE / a).clamp_(-LEVELS, LEVELS).to(torch.int8)
+    return torch.cat([hi, lo]), a
+
+
+def matmul_x2(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x (M, k) float @ q (N, k)^T int8 * scale (N,) -> (M, N) in x's dtype, x as its two int8 slices."""
+    m = x.shape[0]
+    if x.shape[-1] == 0:  # no input unit (a sparse product that kept none): no row to scale
+        return x.new_zeros(m, q.shape[0])
+    slices, a = split_rows(x)
+    if x.device.type != "cpu":  # elsewhere the same slices, summed in float
+        whole = (slices[:m].float() + slices[m:].float() / SLICE) * a
+        return F.linear(whole.to(x.dtype), q.to(x.dtype) * scale.to(x.dtype)[:, None])
+    acc = torch._int_mm(slices, q.t()).float()  # (2M, N): each slice's exact int32 sums
+    return ((acc[:m] + acc[m:] / SLICE) * (a * scale.float())).to(x.dtype)
+
+
 class W8A8Weight(int8.Int8Weight):
     """The int8 weight (q, scale, n_in) whose products round their activations to int8 too: every product
     (whole, gathered rows, kept columns) goes through :func:`matmul`."""
@@ -63,6 +99,21 @@ class W8A8Weight(int8.Int8Weight):
 
     def product(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return matmul(x, q, scale)
+
+
+class W8A8x2Weight(int8.Int8Weight):
+    """The int8 weight whose products take each activation as two int8 slices: every product (whole, gathered
+    rows, kept columns) goes through :func:`matmul_x2`."""
+
+    __slots__ = ()
+
+    def product(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return matmul_x2(x, q, scale)
+
+
+def quantize_x2(w: torch.Tensor) -> W8A8x2Weight:
+    """w (out, in) float -> the int8 weight int8's quantize makes, its products in two activation slices."""
+    return W8A8x2Weight(*int8.quantize(w))
 
 
 def quantize(w: torch.Tensor, smooth: torch.Tensor | None = None) -> W8A8Weight:
