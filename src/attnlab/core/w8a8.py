@@ -33,10 +33,10 @@ rounding left, within half a step, is rounded again at a step SLICE times finer 
     x[m, k] = a[m] * (hi[m, k] + lo[m, k] / SLICE)   to half a low step, a[m] / 508 (about 15 bits)
     y[m, n] = a[m] * s[n] * (sum_k hi[m, k] q[n, k] + sum_k lo[m, k] q[n, k] / SLICE)
 
-The 2M slice rows go through one ``torch._int_mm``: at batch 1 the product is bound by reading the weight,
-which two rows read once, as one does. The idea is the Ozaki scheme's (splitting a float matrix into int8
-slices to run a float product on an integer unit; Ootomo, Ozaki & Yokota 2024), taken to two slices and to
-the activations only.
+The 2M slice rows go through one ``torch._int_mm``, which reads the weight once for both (what the second
+slice costs on the Xeon measured: benchmarks/bench_llamacpp.py's w8a8x2 rows). The idea is the Ozaki scheme's
+(splitting a float matrix into int8 slices to run a float product on an integer unit; Ootomo, Ozaki & Yokota
+2024), taken to two slices and to the activations only.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ Continue a prompt with a causal LM, greedy or sampled: an alias (smollm2), a che
 hub id, as ``attnlab stream`` takes them.
 
 With --method the model decodes under methods of any kind, one of each, composed as `attnlab stream`
-composes them (`attnlab methods` lists them): a weight scheme (int8, w8a8, smoothquant), a RoPE scaling
+composes them (`attnlab methods` lists them): a weight scheme (int8, w8a8x2, smoothquant), a RoPE scaling
 (yarn:factor=2), a contextual-sparsity rule (cats:keep=0.5) and a KV-cache policy (h2o:budget=256), whose
 evicting cache generation then runs through. The model is as it was once the command ends.
 Speed goes to stderr, the prompt's forward and the decode steps apart (as llama.cpp's prompt eval and eval);
