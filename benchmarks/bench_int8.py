@@ -13,6 +13,10 @@ its 49152 x 576 LM head, under each kernel, side by side in one run (rounds inte
 - torchao int4: torchao's CPU int4 tensor (``_weight_int4pack_mm_for_cpu``, group 32, bf16 activations): the
   issue's "int4 only if it is faster here"
 - dequantize: the int8 weight converted to fp32 each call, then ``F.linear`` (the naive way)
+- w8a8: the same int8 weights, each input row rounded to int8, ``torch._int_mm`` (attnlab.core.w8a8.matmul);
+  w8a8x2: each row as two int8 slices, both through one ``_int_mm`` of twice the rows (``matmul_x2``)
+- int_mm, B rows / 2B rows: ``torch._int_mm`` alone on inputs already int8, at the table's batch and at twice
+  it -- what the second slice asks of the kernel, with no rounding around it
 
 The ceiling: the time to read the chain's bytes at this machine's memory bandwidth, measured as a sum over
 the same fp32 weights (``torch.sum``, one read of every byte); each kernel's bytes / that bandwidth is the
@@ -29,7 +33,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from attnlab.core import int8
+from attnlab.core import int8, w8a8
 
 from host import add_out, need_tool, parser, positive_int, recorded  # benchmarks/host.py
 
@@ -72,9 +76,12 @@ def compiled(chain: Chain):
     return lambda xs: fn(xs)
 
 
-def kernels(weights: list[torch.Tensor], with_torchao: bool, compile_too: bool) -> dict:
+def kernels(weights: list[torch.Tensor], batch: int, with_torchao: bool, compile_too: bool) -> dict:
     """name -> (step(x) running the chain, bytes read)."""
     q8 = [int8.quantize(w) for w in weights]
+    qa, qx2 = [w8a8.quantize(w) for w in weights], [w8a8.quantize_x2(w) for w in weights]
+    ints = {n: [torch.randint(-127, 128, (n, w.q.shape[1]), dtype=torch.int8) for w in q8]  # (n, in) each
+            for n in (batch, 2 * batch)}
     bf = [w.to(torch.bfloat16) for w in weights]
     b32 = sum(w.numel() * 4 for w in weights)
     b8 = sum(w.nbytes for w in q8)
@@ -85,7 +92,11 @@ def kernels(weights: list[torch.Tensor], with_torchao: bool, compile_too: bool) 
         "int8pack bf16": (lambda xs: [int8.linear(x, w) for x, w in zip(xs, q8)], b8),
         "int8pack fp32": (lambda xs: [torch._weight_int8pack_mm(x, w.q, s) for x, w, s in zip(xs, q8, scale32)], b8),
         "dequantize": (lambda xs: [F.linear(x, w.q.float() * w.scale.float()[:, None]) for x, w in zip(xs, q8)], b8),
+        "w8a8": (lambda xs: [w.linear(x) for x, w in zip(xs, qa)], b8),
+        "w8a8x2": (lambda xs: [w.linear(x) for x, w in zip(xs, qx2)], b8),
     }
+    for n, xq in ints.items():  # bound now: each entry its own inputs
+        out[f"int_mm, {n} rows"] = (lambda _, xq=xq: [torch._int_mm(x, w.q.t()) for x, w in zip(xq, q8)], b8)
     if with_torchao:
         tao = _torchao(weights)
         out["torchao"] = (tao, b8)
@@ -117,7 +128,7 @@ def bandwidth(weights: list[torch.Tensor], repeats: int) -> float:
 
 def table(name: str, weights: list[torch.Tensor], batch: int, rounds: int, with_torchao: bool,
           compile_too: bool) -> None:
-    ks = kernels(weights, with_torchao, compile_too)
+    ks = kernels(weights, batch, with_torchao, compile_too)
     x = [torch.randn(batch, w.shape[1]) for w in weights]  # each projection's input (batch, in)
     per = {k: [] for k in ks}
     bw = []

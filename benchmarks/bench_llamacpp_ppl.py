@@ -25,7 +25,7 @@ from attnlab.methods.base import CALIBRATION_TEXT, CALIBRATION_TOKENS
 from host import add_out, corpus, machine, number, parser, positive_int, recorded  # benchmarks/host.py
 
 GGUFS = ("F32", "BF16", "Q8_0", "Q4_1")
-SCHEMES_RUN = (None, "int8", "w8a8", "smoothquant", "int4")  # attnlab's float model, then its weight schemes
+SCHEMES_RUN = (None, "int8", "w8a8", "smoothquant", "w8a8x2", "int4")  # attnlab's float model, then its weight schemes
 
 
 def llamacpp_predictions(path: Path, ids: torch.Tensor, window: int, bar) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,8 +18,11 @@ def test_every_kernel_computes_the_fp32_product_to_its_rounding(bench):
     g = torch.Generator().manual_seed(0)
     weights = [torch.randn(o, i, generator=g) / i ** 0.5 for o, i in [(48, 32), (16, 32), (32, 48)]]
     xs = [torch.randn(2, w.shape[1], generator=g) for w in weights]
-    kernels = bench.kernels(weights, with_torchao=False, compile_too=False)
-    assert {"fp32", "bf16", "int8pack bf16", "int8pack fp32", "dequantize"} <= set(kernels)
+    kernels = bench.kernels(weights, 2, with_torchao=False, compile_too=False)
+    assert {"fp32", "bf16", "int8pack bf16", "int8pack fp32", "dequantize", "w8a8", "w8a8x2"} <= set(kernels)
+    for n in (2, 4):  # the integer kernel alone, on int8 inputs of its own: the batch's rows and twice them
+        step, nbytes = kernels.pop(f"int_mm, {n} rows")
+        assert [o.shape for o in step(xs)] == [(n, w.shape[0]) for w in weights] and nbytes == kernels["w8a8"][1]
     ref = [F.linear(x, w) for x, w in zip(xs, weights)]
     for name, (step, nbytes) in kernels.items():
         for got, want in zip(step(xs), ref):

@@ -73,6 +73,8 @@ def test_generate_compiles_under_a_weight_scheme_the_tokens_eager_writes(tmp_pat
     (["--method", "h2o:budgt=8"], "h2o has no option 'budgt'"),
     (["--method", "int8", "--method", "int4"], "one weight scheme at a time"),
     (["--method", "h2o:budget=8", "--compile"], "drop --method h2o:budget=8 (or --compile)"),
+    (["--method", "teal:mode=gather", "--compile"], "drop --method teal:mode=gather (or --compile)"),
+    (["--method", "dynamic-ntk:factor=4", "--compile"], "frequencies follow the length"),
     (["--temperature", "0.5", "--compile"], "--compile decodes greedily"),
     (["--compile", "c"], "give one of python, cpp"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),

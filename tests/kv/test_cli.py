@@ -138,7 +138,8 @@ def test_stream_into_an_out_that_cannot_be_replaced(setup, tmp_path, capsys, mon
     (["--method", "window:budget=8", "--method", "sinks:budget=8"], "one KV-cache policy at a time"),
     (["--method", "yarn:factor=0"], "need factor >= 1"),
     (["--compile", "--chunk", "4"], "drop --chunk 4"),
-    (["--compile", "--method", "yarn:factor=2"], "weight schemes only"),
+    (["--compile", "--method", "oracle:keep=0.5,mode=gather"], "mode=gather gathers a kept set"),
+    (["--compile", "--method", "dynamic-ntk"], "drop --method dynamic-ntk (or --compile)"),
     (["--compile", "--compile-wrapper", "c"], "--compile-wrapper 'c': give one of python, cpp"),
     (["--compile-wrapper", "cpp"], "add --compile"),
 ])

@@ -1,10 +1,13 @@
 """CompiledDecode: the compiled static-cache step writes the eager DynamicCache decode's logits."""
+import re
+
 import numpy as np
 import pytest
 import torch
 from torch._dynamo.utils import counters
 from transformers import DynamicCache
 
+from attnlab import methods
 from attnlab.core.errors import UsageError
 from attnlab.evals.streaming import decoder_nll, stream_nll
 from attnlab.models import compiled
@@ -48,6 +51,44 @@ def test_compiled_step_writes_the_eager_logits(quant, wrapper):
         again_tokens, again = compiled_greedy(dec, ids, steps)
     assert again_tokens == want_tokens
     torch.testing.assert_close(again, got)
+
+
+@pytest.mark.parametrize("specs", [("yarn:factor=2",), ("int8", "ntk:factor=2", "oracle:keep=0.5")])
+def test_compiled_step_under_the_methods_it_takes_writes_their_eager_logits(specs):
+    """The methods whose static_step() lets a compiled step run them (a RoPE scaling, a sparse MLP that masks,
+    a weight scheme), composed: the compiled step writes the eager decode's logits under them."""
+    assert all(methods.parse(s).static_step() is None for s in specs)
+    model = tiny("llama", hidden_size=64, intermediate_size=128)
+    ids, steps = random_ids(12, seed=5), 8
+    with methods.apply(model, *specs):
+        want_tokens, want = eager_greedy(model, ids, steps)
+        got_tokens, got = compiled_greedy(CompiledDecode(model, max_len=ids.numel() + steps), ids, steps)
+    assert got_tokens == want_tokens
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_step_that_breaks_the_graph_is_one_usage_error_not_a_partial_graph():
+    """A sparse MLP that gathers (a kept set of changing size) breaks the graph: the step refuses it whole, so no
+    frame of the model's shared code is compiled with its module guards skipped (and reused by another model)."""
+    model = tiny("llama", hidden_size=64, intermediate_size=128)
+    ids = random_ids(12, seed=6)
+    with methods.apply(model, "oracle:keep=0.5,mode=gather"):
+        dec = CompiledDecode(model, max_len=ids.numel() + 2)
+        with pytest.raises(UsageError, match="does not compile into one graph"):
+            dec.warm(ids[None])
+
+
+@pytest.mark.parametrize("spec, runs", [("full", True), ("int4", True), ("pi:factor=4", True), ("teal", True),
+                                        ("sinks:budget=8", False), ("h2o:budget=0.5", False),
+                                        ("dynamic-ntk", False), ("oracle:mode=gather", False),
+                                        ("cats:mode=kernel", False)])
+def test_what_a_compiled_step_refuses_is_one_line_before_any_model(spec, runs):
+    m = methods.parse(spec)
+    if runs:
+        methods.base.refuse_uncompilable([m])
+    else:
+        with pytest.raises(UsageError, match=rf"^--compile .+: drop --method {re.escape(m.spec())} \(or --compile\)$"):
+            methods.base.refuse_uncompilable([m])
 
 
 @pytest.mark.parametrize("arch", ["gpt_neox", "gpt2", "opt"])

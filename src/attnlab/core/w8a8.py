@@ -10,9 +10,10 @@ sums int8 x int8 in int32 -- exact -- and the row's and the output channel's sca
 
     y[m, n] = a[m] * s[n] * sum_k round(x[m, k] / a[m]) * q[n, k]
 
-Why: on the Intel Xeon measured (AVX-512 VNNI), the compiled step with these products decodes faster than with
-the weight-only kernel's (bf16 activations; benchmarks/bench_llamacpp.py's w8a8 rows), because the integer dot
-products are the CPU's own instruction and the kernel takes the weight (N, K) as the transposed view it likes.
+Why: on the Intel Xeon and the AMD EPYC measured (both AVX-512 VNNI), the compiled step with these products
+decodes faster than with the weight-only kernel's (bf16 activations; benchmarks/bench_llamacpp.py's w8a8 rows),
+because the integer dot products are the CPU's own instruction and the kernel takes the weight (N, K) as the
+transposed view it likes.
 Eager it is slower: the rounding is several small ops a projection, which only a compiled graph fuses. What it
 costs: each activation rounded to within half a step of max|x_row| / 127, where weight-only int8 keeps bf16
 activations; ``attnlab reproduce quant-agreement --set scheme=w8a8`` measures that on a real model. Q8_0 rounds
@@ -33,10 +34,10 @@ rounding left, within half a step, is rounded again at a step SLICE times finer 
     x[m, k] = a[m] * (hi[m, k] + lo[m, k] / SLICE)   to half a low step, a[m] / 508 (about 15 bits)
     y[m, n] = a[m] * s[n] * (sum_k hi[m, k] q[n, k] + sum_k lo[m, k] q[n, k] / SLICE)
 
-The 2M slice rows go through one ``torch._int_mm``, which reads the weight once for both (what the second
-slice costs on the Xeon measured: benchmarks/bench_llamacpp.py's w8a8x2 rows). The idea is the Ozaki scheme's
-(splitting a float matrix into int8 slices to run a float product on an integer unit; Ootomo, Ozaki & Yokota
-2024), taken to two slices and to the activations only.
+The 2M slice rows go through one ``torch._int_mm``, which reads the weight once for both; the second row's
+arithmetic is not free (benchmarks/bench_int8.py's int_mm rows, and bench_llamacpp.py's w8a8x2 rows). The idea
+is the Ozaki scheme's (splitting a float matrix into int8 slices to run a float product on an integer unit;
+Ootomo, Ozaki & Yokota 2024), taken to two slices and to the activations only.
 """
 from __future__ import annotations
 
@@ -72,10 +73,14 @@ def split_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, k) float -> (slices (2M, k) int8, a (M, 1) float32): rows 0..M-1 the high slice (quantize_rows'),
     M..2M-1 the low one, the high rounding's residue at a step a / SLICE; a * (hi + lo / SLICE) is x to half a
     low step."""
-    hi, a = quantize_rows(x)
-    residue = x.float() - hi.float() * a  # (M, k), within half a high step
-    lo = torch.round(residue * SLICE / a).clamp_(-LEVELS, LEVELS).to(torch.int8)
-    return torch.cat([hi, lo]), a
+    x = x.float()
+    a = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / LEVELS
+    u = x / a  # (M, k) in high steps, -127..127
+    hi = torch.round(u).clamp_(-LEVELS, LEVELS)
+    lo = torch.round((u - hi) * SLICE).clamp_(-LEVELS, LEVELS)  # the residue, within half a high step
+    # Why both rounded in float and cast once: one cast of the (2M, k) block, no int8 -> float round trip for
+    # the residue -- fewer ops for a compiled step to fuse.
+    return torch.cat([hi, lo]).to(torch.int8), a
 
 
 def matmul_x2(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -87,8 +92,9 @@ def matmul_x2(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Te
     if x.device.type != "cpu":  # elsewhere the same slices, summed in float
         whole = (slices[:m].float() + slices[m:].float() / SLICE) * a
         return F.linear(whole.to(x.dtype), q.to(x.dtype) * scale.to(x.dtype)[:, None])
-    acc = torch._int_mm(slices, q.t()).float()  # (2M, N): each slice's exact int32 sums
-    return ((acc[:m] + acc[m:] / SLICE) * (a * scale.float())).to(x.dtype)
+    acc = torch._int_mm(slices, q.t())  # (2M, N) int32: each slice's exact sums
+    s = a * scale.float()  # (M, N): the high slice's scale; the low one's is s / SLICE
+    return (acc[:m] * s + acc[m:] * (s / SLICE)).to(x.dtype)
 
 
 class W8A8Weight(int8.Int8Weight):

@@ -28,8 +28,10 @@ EPILOG = """examples:
   attnlab generate --model smollm2 --prompt 'Once upon a time' --max-new-tokens 300 --method h2o:budget=64
   attnlab generate --model runs/llama/model --prompt 'ROMEO:' --temperature 0.8 --top-k 40 --seed 1
 
---compile decodes through a static cache that keeps every position: it takes every kind of method but a
-KV-cache policy that evicts (full is that cache)."""
+--compile decodes through a static cache that keeps every position and one graph compiled once: it takes
+weight schemes, RoPE scalings but dynamic-ntk (its frequencies follow the length), sparsity rules at mode=mask
+and the full cache; it refuses a KV-cache policy that evicts and a sparse MLP that gathers (a kept set of
+changing size), in one line before the model loads. `attnlab stream --compile` follows the same rule."""
 
 
 def add_commands(sub) -> None:
@@ -57,6 +59,7 @@ def check(args) -> list:
     """Every check that needs no model, before it loads (a mistake costs one line): the methods, in the stack's
     order."""
     from attnlab.methods import ordered, parse_list
+    from attnlab.methods.base import refuse_uncompilable
 
     if args.max_new_tokens < 1 or args.temperature < 0 or args.top_k < 0:
         raise UsageError("--max-new-tokens must be >= 1, --temperature and --top-k >= 0")
@@ -69,11 +72,7 @@ def check(args) -> list:
         check_wrapper(args.compile, "--compile")
         if args.temperature > 0:
             raise UsageError("--compile decodes greedily: drop --temperature (or --compile)")
-        # the compiled step's cache keeps every position: an evicting one is not in its graph (full is that cache)
-        evicting = [m.spec() for m in methods if m.kind == "kv" and m.policy().capacity(1 << 40) is not None]
-        if evicting:
-            raise UsageError(f"--compile decodes through a static cache of every position: drop --method "
-                             f"{evicting[0]} (or --compile)")
+        refuse_uncompilable(methods)  # an evicting cache, a gathering sparse MLP, dynamic-ntk: one line
     return methods
 
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 from attnlab.core.errors import UsageError
 from attnlab.experiments.command import option
 from attnlab.experiments.config import check_fields
+from attnlab.methods.base import refuse_uncompilable
 from attnlab.methods.configured import KV_FLAGS, QUANT, configured, methods_option, older
 
 
@@ -51,12 +52,11 @@ class StreamRun:
         return next(m for m in self.methods_applied() if m.kind == "kv").policy()
 
     def check_compile(self) -> None:
-        """--compile streams the full cache one token a forward, under weight schemes only: a static graph holds
-        neither an evicting cache's changing shape nor a sparse MLP's data-dependent gather."""
+        """--compile streams the full cache one token a forward beside the run's own cache, under the run's
+        other methods where a compiled step can run them (the one rule: ``methods.refuse_uncompilable``)."""
         if self.chunk != 1:
             raise UsageError(f"--compile decodes one token a forward: drop --chunk {self.chunk}")
-        if other := [m.spec() for m in self.methods_applied() if m.kind not in ("kv", "weights")]:
-            raise UsageError(f"--compile runs under weight schemes only (--method int8); drop --method {other[0]}")
+        refuse_uncompilable([m for m in self.methods_applied() if m.kind != "kv"])
         from attnlab.models.compiled import check_wrapper  # torch's: only once --compile asks for it
 
         check_wrapper(self.compile_wrapper, "--compile-wrapper")

@@ -53,6 +53,11 @@ class KVMethod(Method):
         head = f"{self.name} {b:.0%}" if isinstance(b, float) and b < 1 else f"{self.name} {b:g}" if b else self.name
         return self._labelled(head, "budget")
 
+    def static_step(self) -> str | None:
+        if self.policy().capacity(1 << 40) is not None:  # full keeps every position: it is the static cache
+            return "decodes through a static cache of every position (an evicting cache is not in its graph)"
+        return None
+
     def enter(self, model, ctx) -> "Evicting":
         return Evicting(model, self)
 

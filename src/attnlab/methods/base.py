@@ -71,6 +71,12 @@ class Method:
         """A context manager: inside it ``model`` runs with this method; on exit it is as it was, bit for bit."""
         raise NotImplementedError
 
+    def static_step(self) -> str | None:
+        """Why a decode step compiled once (a static graph and a static cache of every position:
+        ``attnlab.models.compiled``) cannot run under this method, or None where it can and writes the eager
+        logits. Read by :func:`refuse_uncompilable`, the one rule every ``--compile`` follows."""
+        return None
+
     @classmethod
     def options(cls) -> list[dataclasses.Field]:
         return [f for f in dataclasses.fields(cls) if f.init]
@@ -162,6 +168,14 @@ class MethodRegistry:
 
 
 METHODS = MethodRegistry()
+
+
+def refuse_uncompilable(methods: list[Method], flag: str = "--compile") -> None:
+    """One line (UsageError) naming the first of ``methods`` a compiled decode step cannot run under, before
+    any model loads; ``attnlab generate --compile`` and ``attnlab stream --compile`` both ask here."""
+    for m in methods:
+        if (why := m.static_step()) is not None:
+            raise UsageError(f"{flag} {why}: drop --method {m.spec()} (or {flag})")
 
 
 def register(cls: type[Method]) -> type[Method]:

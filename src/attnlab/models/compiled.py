@@ -22,8 +22,8 @@ Two costs of a compiled step that are not its kernels, both paid on every step (
   compile once (inductor keeps it on disk) and takes a per-step Python loop away.
 
 The full cache only: a KV policy changes the cache's contents' shape step by step, which one static graph
-cannot hold. The same tokens in, the same logits out as the eager DynamicCache decode, to float rounding
-(tests/models/test_compiled.py).
+cannot hold; what else a compiled step cannot run is each method's ``static_step()`` (attnlab.methods). The
+same tokens in, the same logits out as the eager DynamicCache decode, to float rounding (tests/models/test_compiled.py).
 """
 from __future__ import annotations
 
@@ -87,8 +87,11 @@ class CompiledDecode:
         self._built = _fingerprint(model)
         options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,  # prefill checks
                    "cpp_wrapper": wrapper == "cpp"}
+        # fullgraph: the step is one graph or an error. A graph break would compile the rest of the forward as
+        # frames of the model's own (shared) code, where the skipped module guards could hand one model's graph
+        # to another model's step; a method that breaks the graph is refused before (static_step()).
         self._step = torch.compile(types.MethodType(_own_code(CompiledDecode._forward), self), dynamic=False,
-                                   options=options)
+                                   fullgraph=True, options=options)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (1, n), pos (n,) their positions -> (1, vocab) logits at the last one; the model's attention is
@@ -140,7 +143,12 @@ class CompiledDecode:
         """token (1, 1) -> (1, vocab) logits for the next position, through the compiled graph."""
         # into one buffer: a token sliced from a prompt has the prompt's strides, a guard failure (a recompile)
         self._token.copy_(token.view(1, 1))
-        return self._step(self._token, self._positions(1))
+        try:
+            return self._step(self._token, self._positions(1))
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as e:  # compiling: before any kernel
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UsageError(f"the model's decode step does not compile into one graph ({first}): decode it "
+                             "eager, or leave out the method that breaks the graph") from e
 
     def greedy(self, ids: torch.Tensor, max_new: int, eos: set[int] = frozenset(), prompted=None) -> torch.Tensor:
         """ids (1, T) -> (1, n) greedy tokens, n <= max_new: stops after an ``eos`` token, as generate does.

@@ -24,6 +24,11 @@ class RopeMethod(Method):
     def label(self) -> str:
         return self._labelled(f"{self.name} x{self.factor:g}", "factor")
 
+    def static_step(self) -> str | None:
+        if self.scaling().dynamic:  # measured: one recompile a step until torch's limit, then eager
+            return f"compiles one graph for every length, and {self.name}'s frequencies follow the length"
+        return None
+
     def enter(self, model, ctx):
         from attnlab.rope.apply import ScaledRope  # transformers' config: only once a model runs
 

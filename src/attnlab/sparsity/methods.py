@@ -31,6 +31,11 @@ class SparsityMethod(Method):
         if self.mode not in ("mask", "gather", "kernel"):
             raise UsageError(f"--method {self.name}:mode={self.mode}: choose mask, gather or kernel")
 
+    def static_step(self) -> str | None:
+        if self.mode != "mask":  # measured: the kept set's size reaches the graph, which breaks a few steps in
+            return f"runs one static graph, and mode={self.mode} gathers a kept set of changing size (mode=mask runs)"
+        return None
+
     def rule(self, model, ctx):
         """The rule at ``keep``, built as its registry entry says (calibrated on the tokenizer's encoding of
         the calibration text, or from saved predictors)."""
