@@ -79,7 +79,8 @@ def compiled(chain: Chain):
 def kernels(weights: list[torch.Tensor], batch: int, with_torchao: bool, compile_too: bool) -> dict:
     """name -> (step(x) running the chain, bytes read)."""
     q8 = [int8.quantize(w) for w in weights]
-    qa, qx2 = [w8a8.quantize(w) for w in weights], [w8a8.quantize_x2(w) for w in weights]
+    # the same int8 weights, their products as W8A8's and as W8A8x2's (what w8a8.quantize / quantize_x2 make)
+    qa, qx2 = [w8a8.W8A8Weight(*w) for w in q8], [w8a8.W8A8x2Weight(*w) for w in q8]
     ints = {n: [torch.randint(-127, 128, (n, w.q.shape[1]), dtype=torch.int8) for w in q8]  # (n, in) each
             for n in (batch, 2 * batch)}
     bf = [w.to(torch.bfloat16) for w in weights]

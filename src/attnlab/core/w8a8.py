@@ -51,11 +51,17 @@ SLICE = 2 * LEVELS  # the low slice's step is the high one's / SLICE: the high r
 ALPHA = 0.5  # SmoothQuant's migration strength: the paper's default, fixed before the first run here
 
 
+def row_steps(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, k) float -> (x / a (M, k) float32, a (M, 1) float32): each row in steps of a = max|x_row| / 127."""
+    x = x.float()
+    a = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / LEVELS  # an all-zero row: any scale, x / a = 0
+    return x / a, a
+
+
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, k) float -> (xq (M, k) int8, a (M, 1) float32): row m is a[m] * xq[m] to half a step."""
-    x = x.float()
-    a = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / LEVELS  # an all-zero row: any scale, xq = 0
-    return torch.round(x / a).clamp_(-LEVELS, LEVELS).to(torch.int8), a
+    u, a = row_steps(x)
+    return torch.round(u).clamp_(-LEVELS, LEVELS).to(torch.int8), a
 
 
 def matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -73,9 +79,7 @@ def split_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, k) float -> (slices (2M, k) int8, a (M, 1) float32): rows 0..M-1 the high slice (quantize_rows'),
     M..2M-1 the low one, the high rounding's residue at a step a / SLICE; a * (hi + lo / SLICE) is x to half a
     low step."""
-    x = x.float()
-    a = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / LEVELS
-    u = x / a  # (M, k) in high steps, -127..127
+    u, a = row_steps(x)  # (M, k) in high steps, -127..127
     hi = torch.round(u).clamp_(-LEVELS, LEVELS)
     lo = torch.round((u - hi) * SLICE).clamp_(-LEVELS, LEVELS)  # the residue, within half a high step
     # Why both rounded in float and cast once: one cast of the (2M, k) block, no int8 -> float round trip for
