@@ -16,7 +16,12 @@ its 49152 x 576 LM head, under each kernel, side by side in one run (rounds inte
 - w8a8: the same int8 weights, each input row rounded to int8, ``torch._int_mm`` (attnlab.core.w8a8.matmul);
   w8a8x2: each row as two int8 slices, both through one ``_int_mm`` of twice the rows (``matmul_x2``)
 - int_mm, B rows / 2B rows: ``torch._int_mm`` alone on inputs already int8, at the table's batch and at twice
-  it -- what the second slice asks of the kernel, with no rounding around it
+  it -- what the second slice asks of the kernel, with no rounding around it; and at B rows on one thread
+  (a kernel bound by memory reads hardly slows on one core of two; one bound by its own work halves)
+- fbgemm dynamic: PyTorch's other int8 product, torch.ao's dynamic quantized linear
+  (``quantized::linear_dynamic``: the weight prepacked for fbgemm, each input rounded to uint8 inside the call)
+- oneDNN qlinear: oneDNN's int8 linear with the weight prepacked in its own layout (``onednn::qlinear_pointwise``,
+  what inductor's x86 int8 path calls) on inputs already uint8
 
 The ceiling: the time to read the chain's bytes at this machine's memory bandwidth, measured as a sum over
 the same fp32 weights (``torch.sum``, one read of every byte); each kernel's bytes / that bandwidth is the
@@ -29,6 +34,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -98,6 +104,8 @@ def kernels(weights: list[torch.Tensor], batch: int, with_torchao: bool, compile
     }
     for n, xq in ints.items():  # bound now: each entry its own inputs
         out[f"int_mm, {n} rows"] = (lambda _, xq=xq: [torch._int_mm(x, w.q.t()) for x, w in zip(xq, q8)], b8)
+    out[f"int_mm, {batch} rows, 1 thread"] = (lambda _: one_thread(torch._int_mm, ints[batch], q8), b8)
+    out.update(torch_int8_linears(q8, batch, b8))
     if with_torchao:
         tao = _torchao(weights)
         out["torchao"] = (tao, b8)
@@ -108,6 +116,42 @@ def kernels(weights: list[torch.Tensor], batch: int, with_torchao: bool, compile
             out["torchao + torch.compile"] = (compiled(tao), b8)
     if compile_too:
         out["fp32 + torch.compile"] = (compiled(Chain(weights)), b32)
+    return out
+
+
+def one_thread(mm, xs: list[torch.Tensor], q8: list) -> list:
+    """``mm(x, w.q.t())`` over the chain on one torch thread (the threads as they were after)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [mm(x, w.q.t()) for x, w in zip(xs, q8)]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def torch_int8_linears(q8: list, batch: int, nbytes: int) -> dict:
+    """The int8 linears PyTorch ships besides ``_int_mm``, on the same int8 weights and scales: name -> (step,
+    bytes). Each is left out where this build lacks its engine."""
+    out = {}
+    zeros = [torch.zeros(w.q.shape[0], dtype=torch.long) for w in q8]
+    scales = [w.scale.float() for w in q8]
+    if "fbgemm" in torch.backends.quantized.supported_engines:
+        with warnings.catch_warnings():  # quantized tensors are deprecated; this is the API their linear takes
+            warnings.simplefilter("ignore")
+            qws = [torch._make_per_channel_quantized_tensor(w.q, s.double(), z, 0)
+                   for w, s, z in zip(q8, scales, zeros)]
+        packed = [torch.ops.quantized.linear_prepack(qw, None) for qw in qws]
+        out["fbgemm dynamic"] = (lambda xs: [torch.ops.quantized.linear_dynamic(x, p) for x, p in zip(xs, packed)],
+                                 nbytes)
+    if torch.backends.mkldnn.is_available():
+        onednn = torch.ops.onednn
+        packs = [onednn.qlinear_prepack(w.q, [batch, w.q.shape[1]]) for w in q8]
+        xu = [torch.randint(0, 256, (batch, w.q.shape[1]), dtype=torch.uint8) for w in q8]  # zero point 128
+
+        def qlinear(_):
+            return [onednn.qlinear_pointwise(x, 0.01, 128, p, s, z, None, 1.0, 0, torch.float32, "none", [], "")
+                    for x, p, s, z in zip(xu, packs, scales, zeros)]
+        out[f"oneDNN qlinear, {batch} rows"] = (qlinear, nbytes)
     return out
 
 

@@ -63,6 +63,10 @@ def _refused(load_benchmark, monkeypatch, capsys, script, argv, work) -> str:
     ("bench_kv_decode", ["--text", "nope.txt"], "run", "text=nope.txt: no such file"),
     ("bench_kv_decode", ["--budget", "4"], "run", "argument --budget: sinks: budget 4 leaves no room"),
     ("stream_restart", ["--start", "100", "--tokens", "50"], "run", "need --start below --tokens - 1"),
+    ("bench_step_profile", ["--scheme", "w8a9"], "load_model_and_tokenizer",
+     "unknown weight quantization 'w8a9': did you mean 'w8a8'?"),
+    ("bench_step_levers", ["--repeats", "0"], "load_model_and_tokenizer", "argument --repeats: '0'"),
+    ("bench_step_profile", ["--repeats", "0"], "load_model_and_tokenizer", "argument --repeats: '0'"),
 ])
 def test_a_bad_argument_is_one_line_before_any_work(load_benchmark, monkeypatch, capsys, script, argv, work,
                                                     fragment):
@@ -81,6 +85,8 @@ ROOT = BENCHMARKS.parent
     ("bench_long_context", [], "run"),
     ("bench_probes", [], "run"),
     ("bench_sparse_mlp", ["--device", "cpu"], "run"),
+    ("bench_step_levers", [], "load_model_and_tokenizer"),
+    ("bench_step_profile", [], "load_model_and_tokenizer"),
     ("bench_stream_loop", ["--device", "cpu"], "random_llama"),
     pytest.param("bench_sweep", [], "run", marks=pytest.mark.skipif(
         importlib.util.find_spec("ray") is None, reason="ray is not installed")),

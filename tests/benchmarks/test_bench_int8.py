@@ -20,9 +20,15 @@ def test_every_kernel_computes_the_fp32_product_to_its_rounding(bench):
     xs = [torch.randn(2, w.shape[1], generator=g) for w in weights]
     kernels = bench.kernels(weights, 2, with_torchao=False, compile_too=False)
     assert {"fp32", "bf16", "int8pack bf16", "int8pack fp32", "dequantize", "w8a8", "w8a8x2"} <= set(kernels)
-    for n in (2, 4):  # the integer kernel alone, on int8 inputs of its own: the batch's rows and twice them
-        step, nbytes = kernels.pop(f"int_mm, {n} rows")
+    threads = torch.get_num_threads()
+    # the integer kernels alone, on integer inputs of their own: the batch's rows, twice them, on one thread;
+    # and oneDNN's prepacked linear (uint8 inputs)
+    for name, n in (("int_mm, 2 rows", 2), ("int_mm, 4 rows", 4), ("int_mm, 2 rows, 1 thread", 2),
+                    ("oneDNN qlinear, 2 rows", 2)):
+        step, nbytes = kernels.pop(name)
         assert [o.shape for o in step(xs)] == [(n, w.shape[0]) for w in weights] and nbytes == kernels["w8a8"][1]
+        assert torch.get_num_threads() == threads, name  # one thread for the call only
+    assert "fbgemm dynamic" in kernels  # torch.ao's dynamic linear: on xs, so checked with the rest below
     ref = [F.linear(x, w) for x, w in zip(xs, weights)]
     for name, (step, nbytes) in kernels.items():
         for got, want in zip(step(xs), ref):
@@ -73,3 +79,4 @@ def test_the_decode_chain_reads_the_weights_a_scheme_entered_on_the_model(load_b
         got = bench_decode.chain(model, "smoothquant", 1)
         assert all(w is weights.of(p) for w, p in zip(got.ws, projections(model)))
         got()
+
