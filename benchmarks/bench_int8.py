@@ -104,7 +104,7 @@ def kernels(weights: list[torch.Tensor], batch: int, with_torchao: bool, compile
     }
     for n, xq in ints.items():  # bound now: each entry its own inputs
         out[f"int_mm, {n} rows"] = (lambda _, xq=xq: [torch._int_mm(x, w.q.t()) for x, w in zip(xq, q8)], b8)
-    out[f"int_mm, {batch} rows, 1 thread"] = (lambda _: one_thread(torch._int_mm, ints[batch], q8), b8)
+    out[f"int_mm, {batch} rows, 1 thread"] = (lambda _: one_thread(ints[batch], q8), b8)
     out.update(torch_int8_linears(q8, batch, b8))
     if with_torchao:
         tao = _torchao(weights)
@@ -119,12 +119,12 @@ def kernels(weights: list[torch.Tensor], batch: int, with_torchao: bool, compile
     return out
 
 
-def one_thread(mm, xs: list[torch.Tensor], q8: list) -> list:
-    """``mm(x, w.q.t())`` over the chain on one torch thread (the threads as they were after)."""
+def one_thread(xs: list[torch.Tensor], q8: list) -> list:
+    """``torch._int_mm(x, w.q.t())`` over the chain on one torch thread (the threads as they were after)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return [mm(x, w.q.t()) for x, w in zip(xs, q8)]
+        return [torch._int_mm(x, w.q.t()) for x, w in zip(xs, q8)]
     finally:
         torch.set_num_threads(threads)
 

@@ -29,12 +29,11 @@ import statistics
 import sys
 
 import torch
-from bench_llamacpp import PROMPT, STEPS, Attnlab, paired  # benchmarks/bench_llamacpp.py
+from bench_llamacpp import PROMPT, STEPS, Attnlab, Compiled, paired  # benchmarks/bench_llamacpp.py
 
 from attnlab.core import weights
 from attnlab.evals.inputs import text_ids
 from attnlab.models import arch
-from attnlab.models.compiled import CompiledDecode
 from attnlab.models.pretrained import load_model_and_tokenizer
 from attnlab.quant.schemes import SCHEMES
 
@@ -76,34 +75,21 @@ def fuse_siblings(model) -> list[Siblings]:
     return fused
 
 
-def build(variant: str, scheme: str, prompt: list[int]) -> CompiledDecode:
+def build(variant: str, scheme: str, prompt: list[int]) -> Compiled:
     """The variant's compiled step over a model of its own, compiled now (before any timing)."""
     import torch._inductor.config as inductor
 
     side = Attnlab(f"attnlab {scheme}", prompt)
     if "fused" in variant:
         fuse_siblings(side.model)
-    dec = CompiledDecode(side.model, max_len=PROMPT + STEPS, wrapper="cpp")
-    with inductor.patch(freezing="freezing" in variant):  # read when the step compiles: at its first call
-        dec.warm(torch.tensor([prompt]))
-    return dec
+    with inductor.patch(freezing="freezing" in variant):  # read when the step compiles: in Compiled's first decode
+        return Compiled(side, "cpp")
 
 
-def decode(dec: CompiledDecode, prompt: torch.Tensor) -> tuple[float, list[int]]:
-    """ms a greedy step (bench_llamacpp's protocol: the steps after the prefill's), the tokens."""
-    import time
-
-    new = [int(dec.prefill(prompt)[0].argmax())]
-    t0 = time.perf_counter()
-    while len(new) < STEPS:
-        new.append(int(dec.step(torch.tensor([new[-1:]]))[0].argmax()))
-    return (time.perf_counter() - t0) * 1e3 / (STEPS - 1), new
-
-
-def first_step(dec: CompiledDecode, ids: torch.Tensor) -> torch.Tensor:
+def first_step(side: Compiled) -> torch.Tensor:
     """(1, vocab) logits of the compiled step after the prefill (the prefill itself runs eager)."""
-    dec.prefill(ids)
-    return dec.step(ids[:, -1:])
+    side.dec.prefill(side.prompt)
+    return side.dec.step(side.prompt[:, -1:])
 
 
 def main(argv=None) -> int:
@@ -116,24 +102,24 @@ def main(argv=None) -> int:
     torch.set_num_threads(2)
     _, tok = load_model_and_tokenizer("smollm2")
     prompt = text_ids(tok, "kjv", PROMPT, "--text").tolist()
-    decs = {v: build(v, args.scheme, prompt) for v in VARIANTS}
-    ids = torch.tensor([prompt])
+    sides = {v: build(v, args.scheme, prompt) for v in VARIANTS}
     figures = {"scheme": args.scheme, "repeats": args.repeats, "variants": {}}
     with recorded(args.out, figures):
-        ms, tokens = {v: [] for v in VARIANTS}, {}
+        speeds, tokens = {v: [] for v in VARIANTS}, {}
         for _ in range(args.repeats):
             for v in VARIANTS:
-                t, tokens[v] = decode(decs[v], ids)
-                ms[v].append(t)
+                tps, tokens[v] = sides[v].decode()  # tokens/s over the greedy steps after the prefill's
+                speeds[v].append(tps)
+        ms = {v: [1e3 / tps for tps in speeds[v]] for v in VARIANTS}
         base = VARIANTS[0]
-        logits = {v: first_step(decs[v], ids) for v in VARIANTS}
+        logits = {v: first_step(sides[v]) for v in VARIANTS}
         print(f"# {machine()}; SmolLM2-135M {args.scheme}, compiled step (C++ wrapper), batch 1, {PROMPT} prompt "
               f"ids then {STEPS} greedy tokens, {args.repeats} turns\n")
         print(f"| variant | ms a step (median) | speed vs {base}, turn by turn | interval of the median | "
               "reads | max abs logit difference | same tokens |")
         print("|---|---:|---:|---|---|---:|---|")
         for v in VARIANTS:
-            p = paired([1 / t for t in ms[v]], [1 / t for t in ms[base]], goal=1.0)
+            p = paired(speeds[v], speeds[base], goal=1.0)
             diff = float((logits[v] - logits[base]).abs().max())
             same = tokens[v] == tokens[base]
             print(f"| {v} | {statistics.median(ms[v]):.2f} | {p['median']:.3f}x | {p['low']:.3f} to {p['high']:.3f} "

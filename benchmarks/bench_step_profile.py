@@ -29,6 +29,7 @@ import torch
 from bench_llamacpp import PROMPT, STEPS, Attnlab, Compiled  # benchmarks/bench_llamacpp.py
 
 from attnlab.evals.inputs import text_ids
+from attnlab.models.compiled import WRAPPERS
 from attnlab.models.pretrained import load_model_and_tokenizer
 from attnlab.quant.schemes import SCHEMES
 
@@ -60,10 +61,9 @@ def profiled(side: Compiled) -> tuple[dict, dict, list]:
     profiler -> (part -> self seconds, part -> calls, the ops by self time: (name, seconds, calls))."""
     from torch.profiler import ProfilerActivity, profile
 
-    new = [int(side.dec.prefill(side.prompt)[0].argmax())]
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        while len(new) < STEPS:  # bench_llamacpp.Compiled.decode's loop, as timed there
-            new.append(int(side.dec.step(torch.tensor([new[-1:]]))[0].argmax()))
+    prof = profile(activities=[ProfilerActivity.CPU])
+    side.dec.greedy(side.prompt, STEPS, prompted=prof.start)  # the profile starts once the prompt is in
+    prof.stop()
     seconds, calls = defaultdict(float), defaultdict(int)
     ops = sorted(((ev.key, ev.self_cpu_time_total / 1e6, ev.count) for ev in prof.key_averages()),
                  key=lambda op: -op[1])
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     ap = parser(__doc__)
     ap.add_argument("--scheme", type=one_of(SCHEMES, "weight quantization"), default="w8a8",
                     help="the weight scheme of the profiled step (default w8a8)")
-    ap.add_argument("--wrapper", choices=("python", "cpp"), default="cpp",
+    ap.add_argument("--wrapper", choices=WRAPPERS, default="cpp",
                     help="what calls the compiled graph's kernels (default cpp, as the side-by-side's run)")
     ap.add_argument("--repeats", type=positive_int, default=5, help="bare decodes timed (median; default 5)")
     add_out(ap)

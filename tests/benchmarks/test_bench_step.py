@@ -29,7 +29,7 @@ def test_fused_siblings_give_the_logits_of_the_projections_apart(load_benchmark,
         fused = levers.fuse_siblings(model)
         together = model(ids).logits
     assert len(fused) == 2 * len(arch.layers(model))  # q/k/v and gate/up, every layer
-    a = arch.attention(tiny("llama"), 0)
+    a = arch.attention(model, 0)  # its float weights stay beside the scheme's
     assert fused[0].w.q.shape == (sum(p.weight.shape[0] for p in (a.q, a.k, a.v)), a.q.weight.shape[1])
     torch.testing.assert_close(together, apart, rtol=1e-5, atol=1e-5)
     assert all("forward" not in p.__dict__ for p in model.modules())  # the scheme's exit restored every forward
