@@ -14,6 +14,7 @@ ADAPTERS = {
     "models/cli.py", "models/fetch.py", "models/known.py", "models/variants.py", "evals/passkey.py", "data/hub.py",
     "models/compiled.py",  # the decode step compiled over transformers' StaticCache
     "kv/cache.py", "kv/layer.py", "kv/attention.py",  # the Cache, its layers and the attention that reads them
+    "kv/steady.py",  # the evicting cache's steady step compiled: its static layers and their attention function
     "sparsity/predictor_store.py",  # saves Deja Vu's predictors as safetensors (the format, not transformers)
     "sparsity/speed.py",  # times greedy decode through transformers' DynamicCache
     "accuracy/lm.py",  # lm-eval's LM API over transformers' DynamicCache or our evicting one

@@ -66,6 +66,8 @@ def _refused(load_benchmark, monkeypatch, capsys, script, argv, work) -> str:
     ("bench_step_profile", ["--scheme", "w8a9"], "load_model_and_tokenizer",
      "unknown weight quantization 'w8a9': did you mean 'w8a8'?"),
     ("bench_step_levers", ["--repeats", "0"], "load_model_and_tokenizer", "argument --repeats: '0'"),
+    ("bench_kv_compiled", ["--length", "512"], "run", "--length 512 must exceed --budget 1024"),
+    ("bench_kv_compiled", ["--wrapper", "c"], "run", "argument --wrapper: invalid choice: 'c'"),
     ("bench_step_profile", ["--repeats", "0"], "load_model_and_tokenizer", "argument --repeats: '0'"),
 ])
 def test_a_bad_argument_is_one_line_before_any_work(load_benchmark, monkeypatch, capsys, script, argv, work,
@@ -81,6 +83,7 @@ ROOT = BENCHMARKS.parent
     ("bench_decode", [], "load_model_and_tokenizer"),
     ("bench_fig6_sweep", [], "run"),
     ("bench_int8", ["--no-torchao"], "torch.manual_seed"),
+    ("bench_kv_compiled", [], "run"),
     ("bench_kv_decode", [], "run"),
     ("bench_long_context", [], "run"),
     ("bench_probes", [], "run"),

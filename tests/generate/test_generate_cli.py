@@ -68,11 +68,25 @@ def test_generate_compiles_under_a_weight_scheme_the_tokens_eager_writes(tmp_pat
     assert "compiled the decode step in" in said.err and f"; decode: {n - 1} tokens in " in said.err
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("methods", [("h2o:budget=12,positions=rolling",),
+                                     ("int8", "yarn:factor=2", "sinks:budget=12")])
+def test_generate_compiles_an_evicting_cache_the_tokens_eager_writes(tmp_path, capsys, methods):
+    """An evicting KV method decodes eager until its cache is full, then through its compiled steady step
+    (attnlab.kv.steady): the text the stack's own generate writes under the same methods."""
+    folder = _folder(tmp_path / "model")
+    assert main(_argv(folder, *methods) + ["--compile"]) == 0
+    said = capsys.readouterr()
+    assert said.out == _greedy(folder, *methods)[0] + "\n"
+    assert "compiled the decode step in" in said.err
+
+
 @pytest.mark.parametrize("extra, fragment", [
     (["--method", "bogus"], "unknown method 'bogus'"),
     (["--method", "h2o:budgt=8"], "h2o has no option 'budgt'"),
     (["--method", "int8", "--method", "int4"], "one weight scheme at a time"),
-    (["--method", "h2o:budget=8", "--compile"], "drop --method h2o:budget=8 (or --compile)"),
+    (["--method", "h2o:budget=0.5", "--compile"], "drop --method h2o:budget=0.5 (or --compile)"),
+    (["--method", "adakv:budget=8", "--compile"], "shares a layer's budget over its heads"),
     (["--method", "teal:mode=gather", "--compile"], "drop --method teal:mode=gather (or --compile)"),
     (["--method", "dynamic-ntk:factor=4", "--compile"], "frequencies follow the length"),
     (["--temperature", "0.5", "--compile"], "--compile decodes greedily"),

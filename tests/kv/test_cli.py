@@ -82,10 +82,27 @@ def test_stream_compiled_reads_the_same_text_as_the_eager_full_cache(setup, tmp_
                  "--compile", "--no-dense", "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
     nll = json.loads((out / "nll.json").read_text())
-    assert list(m["runs"]) == ["full", "full, compiled"] and m["compile_s"] > 0 and m["compile_wrapper"] == "python"
+    assert list(m["runs"]) == ["full", "full, compiled"] and m["compile_wrapper"] == "python"
+    assert m["compile_s"]["full, compiled"] > 0
     np.testing.assert_allclose(nll["full, compiled"], nll["full"], rtol=1e-4, atol=1e-4)
     full, compiled = m["runs"]["full"]["ledger"], m["runs"]["full, compiled"]["ledger"]
     assert compiled["weight_bytes"] == full["weight_bytes"] and compiled["kv_bytes"] > full["kv_bytes"]
+
+
+@pytest.mark.slow
+def test_stream_compiled_streams_the_runs_own_evicting_cache_too(setup, tmp_path):
+    """--compile with H2O at a token budget: its steady step compiled (attnlab.kv.steady) reads the text as the
+    eager H2O cache does, token by token, and holds the same bytes; the full cache's compiled run beside it."""
+    model, text = setup
+    out = tmp_path / "run"
+    assert main(["stream", "--model", str(model), "--text", str(text), "--tokens", "40", "--method",
+                 "h2o:budget=12,positions=rolling", "--compile", "--no-dense", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    nll = json.loads((out / "nll.json").read_text())
+    own = "h2o(budget=12, recent=budget/2)"
+    assert list(m["runs"]) == [own, "full, compiled", f"{own}, compiled"] and m["compile_s"][f"{own}, compiled"] > 0
+    np.testing.assert_allclose(nll[f"{own}, compiled"], nll[own], rtol=1e-4, atol=1e-4)
+    assert m["runs"][f"{own}, compiled"]["kv_bytes_final"] == m["runs"][own]["kv_bytes_final"]
 
 
 @pytest.mark.slow

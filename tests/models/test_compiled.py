@@ -79,7 +79,7 @@ def test_a_step_that_breaks_the_graph_is_one_usage_error_not_a_partial_graph():
 
 
 @pytest.mark.parametrize("spec, runs", [("full", True), ("int4", True), ("pi:factor=4", True), ("teal", True),
-                                        ("sinks:budget=8", False), ("h2o:budget=0.5", False),
+                                        ("sinks:budget=8", True), ("h2o:budget=0.5", False), ("adakv:budget=8", False),
                                         ("dynamic-ntk", False), ("oracle:mode=gather", False),
                                         ("cats:mode=kernel", False)])
 def test_what_a_compiled_step_refuses_is_one_line_before_any_model(spec, runs):

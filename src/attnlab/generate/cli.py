@@ -30,8 +30,10 @@ EPILOG = """examples:
 
 --compile decodes through a static cache that keeps every position and one graph compiled once: it takes
 weight schemes, RoPE scalings but dynamic-ntk (its frequencies follow the length), sparsity rules at mode=mask
-and the full cache; it refuses a KV-cache policy that evicts and a sparse MLP that gathers (a kept set of
-changing size), in one line before the model loads. `attnlab stream --compile` follows the same rule."""
+and the full cache. A KV-cache policy with a token budget decodes eager until its cache is full, then through
+its steady step compiled once (one slot evicted a step); it refuses a budget that is a share of the stream, a
+policy whose heads share a layer's budget (adakv) and a sparse MLP that gathers (a kept set of changing size),
+in one line before the model loads. `attnlab stream --compile` follows the same rule."""
 
 
 def add_commands(sub) -> None:
@@ -106,15 +108,22 @@ class Clock:
         return line + (f"; {rate('decode', new - 1, end - prompted)}" if new > 1 else "")
 
 
-def _compiled_greedy(model, ids, max_new: int, wrapper: str, clock: Clock):
-    """ids (1, T) and the greedy continuation through attnlab.models.compiled, stopping where generate would at
-    the model's end-of-sequence tokens: the compile happens first, on its own line, and ``clock`` starts after."""
+def _compiled_greedy(model, ids, max_new: int, wrapper: str, clock: Clock, kv=None):
+    """ids (1, T) and the greedy continuation through attnlab.models.compiled (or, under ``kv``, an evicting KV
+    method, attnlab.kv.steady), stopping where generate would at the model's end-of-sequence tokens: the compile
+    happens first, on its own line, and ``clock`` starts after."""
     import torch
 
     from attnlab.models.compiled import CompiledDecode
 
     eos = model.generation_config.eos_token_id
-    dec = CompiledDecode(model, max_len=ids.shape[1] + max_new, wrapper=wrapper)
+    if kv is not None and kv.policy().needs_budget:  # an evicting cache (full keeps every position)
+        from attnlab.kv.steady import CompiledPolicyDecode
+
+        # the prompt in one forward, as generate's own prefill
+        dec = CompiledPolicyDecode(model, kv.policy(), kv.positions, wrapper, chunk=ids.shape[1])
+    else:
+        dec = CompiledDecode(model, max_len=ids.shape[1] + max_new, wrapper=wrapper)
     print(f"compiled the decode step in {dec.warm(ids):.1f} s", file=sys.stderr)
     clock.restart()
     new = dec.greedy(ids, max_new, set([eos] if isinstance(eos, int) else eos or []), prompted=clock)
@@ -140,7 +149,8 @@ def cmd_generate(args) -> int:
         torch.manual_seed(args.seed)
         clock = Clock()
         if args.compile:
-            out = _compiled_greedy(model, ids, args.max_new_tokens, args.compile, clock)
+            kv = next((m for m in methods if m.kind == "kv"), None)
+            out = _compiled_greedy(model, ids, args.max_new_tokens, args.compile, clock, kv)
         else:  # a KV method's evicting cache is generate's own (attnlab.kv.methods)
             out = model.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=sample,
                                  temperature=args.temperature if sample else None, top_k=args.top_k or None,

@@ -46,32 +46,40 @@ def policy_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         # plain SDPA, or a variant's sink normaliser
         return variant_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                  **kwargs)
-    b, hq, q, d = query.shape
-    hkv, s = key.shape[1], key.shape[2]
-    g = hq // hkv  # query heads per KV head
+    q, g = query.shape[2], query.shape[1] // key.shape[1]  # g: query heads per KV head
     real = _real_new_tokens(attention_mask, q)
     if real is not None:
         layer.update_padding(real)
     mask = layer.visible()  # (B, Hkv, q, S) or None
-    sink = getattr(module, "sinks", None)  # (Hq,): a joined logit per head, or None (plain softmax)
-    relu = getattr(module, "relu", False)  # ReLU attention (no softmax)
-    if layer.score is not None or sink is not None or relu:  # materialise the probabilities (H2O scores on them)
-        # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
-        # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
-        # scaled on the query's g*q rows, not on the logits' g*q*S: the same product, a pass over far fewer numbers
-        qg = query.reshape(b, hkv, g * q, d) * scaling
-        logits = layer.logits(qg)  # (B, Hkv, g*q, S); rolling positions' owed rotations paid here
-        if mask is not None:
-            logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
-        probs = normalise(logits.view(b, hkv * g, q, s), sink, relu).view(b, hkv, g * q, s)
-        if layer.score is not None:  # the policy folds it into the slots' scores
-            layer.update_scores(probs.view(b, hkv, g, q, s))
-        out = (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
+    # materialise the probabilities where H2O scores on them, or the normaliser is the module's own
+    if layer.score is not None or getattr(module, "sinks", None) is not None or getattr(module, "relu", False):
+        out = materialised(module, query, value, layer, mask, scaling)
     else:
         full_mask = None if mask is None else mask.repeat_interleave(g, dim=1)  # (B, Hq, q, S)
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=full_mask, scale=scaling,
                                              enable_gqa=g > 1)
     return out.transpose(1, 2).contiguous(), None
+
+
+def materialised(module, query, value, layer, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
+    """Attention with its probabilities materialised, query (B, Hq, q, D) over ``layer``'s stored slots, mask
+    (B, Hkv, q, S) bool or None -> (B, Hq, q, Dv); the probabilities go to ``layer.update_scores`` where the
+    layer keeps scores (H2O). ``layer``: a PolicyLayer, or the compiled steady step's (attnlab.kv.steady)."""
+    b, hq, q, d = query.shape
+    hkv, s = value.shape[1], value.shape[2]
+    g = hq // hkv
+    # A group's g query heads stack into one (g*q)-row matmul against their shared KV head:
+    # no broadcast copy of the keys (a 5-D broadcast matmul copies them g times).
+    # scaled on the query's g*q rows, not on the logits' g*q*S: the same product, a pass over far fewer numbers
+    qg = query.reshape(b, hkv, g * q, d) * scaling
+    logits = layer.logits(qg)  # (B, Hkv, g*q, S); rolling positions' owed rotations paid here
+    if mask is not None:
+        logits = logits.view(b, hkv, g, q, s).masked_fill(~mask[:, :, None], float("-inf")).view(b, hkv, g * q, s)
+    probs = normalise(logits.view(b, hkv * g, q, s), getattr(module, "sinks", None),
+                      getattr(module, "relu", False)).view(b, hkv, g * q, s)
+    if layer.score is not None:  # the policy folds it into the slots' scores
+        layer.update_scores(probs.view(b, hkv, g, q, s))
+    return (probs.to(value.dtype) @ value).view(b, hq, q, -1)  # (B, Hq, q, Dv)
 
 
 def register() -> None:

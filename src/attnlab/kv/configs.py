@@ -24,7 +24,8 @@ class StreamRun:
                              "(slow: O(T x budget))")
     dense: bool = option(True, "skip the dense baseline")
     compile: bool = option(False, "also stream the full cache through a static cache with the decode step "
-                           "compiled once (torch.compile; needs a C++ compiler): same NLL, how much faster")
+                           "compiled once (torch.compile; needs a C++ compiler), and the run's own cache with its "
+                           "steady step compiled where it has one (a token budget): same NLL, how much faster")
     compile_wrapper: str = option("python", "with --compile, what calls the compiled step's kernels: python, or cpp "
                                   "(inductor's C++ wrapper: minutes more to compile once, less time a step)",
                                   metavar="WRAPPER")

@@ -40,9 +40,10 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
         if cfg.dense:
             with ctx.progress(len(ids) - 1, "dense") as bar:
                 runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), DENSE_CHUNK, bar)
-        compile_s = None
-        if cfg.compile:
-            runs["full, compiled"], compile_s = compiled_run(model, ids, ctx, cfg.compile_wrapper)
+        compile_s = {}
+        for label, dec in (compiled_decoders(model, policy, kv.positions, len(ids), cfg.compile_wrapper).items()
+                           if cfg.compile else ()):
+            runs[label], compile_s[label] = compiled_run(dec, ids, ctx, label)
         if cfg.recompute and isinstance(policy.budget, int):
             with ctx.progress(len(ids) - 1, "recompute") as bar:
                 runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)
@@ -70,18 +71,30 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
                                 "decode tokens/s along the stream, one line per cache"}, summary)
 
 
-def compiled_run(model, ids, ctx, wrapper: str = "python"):
-    """The full cache streamed through attnlab.models.compiled (static cache, the step compiled first, untimed):
-    (its StreamResult, the compile's seconds)."""
-    from attnlab.evals.streaming import decoder_nll
+def compiled_decoders(model, policy, positions: str, n: int, wrapper: str) -> dict:
+    """--compile's decoders, label -> decoder: the full cache's (a static cache of the stream's n positions), and
+    the run's own evicting cache's where its steady step compiles (attnlab.kv.steady) and the stream fills it."""
+    from attnlab.kv.steady import CompiledPolicyDecode
     from attnlab.models.compiled import CompiledDecode
 
-    ids = ids.to(model.device)
-    dec = CompiledDecode(model, max_len=len(ids), wrapper=wrapper)
-    with ctx.progress(1, "compiling the decode step (once)") as bar:  # tens of seconds: 30 layers, 2 cores
+    decoders = {"full, compiled": CompiledDecode(model, max_len=n, wrapper=wrapper)}
+    if policy.steady_step() is None:
+        own = CompiledPolicyDecode(model, policy, positions, wrapper)
+        if n > own.fills_at():  # else the stream never reaches a steady step: nothing to compile
+            decoders[f"{policy.describe()}, compiled"] = own
+    return decoders
+
+
+def compiled_run(dec, ids, ctx, label: str):
+    """One stream through a compiled decoder (its step compiled first, untimed): (its StreamResult, the compile's
+    seconds)."""
+    from attnlab.evals.streaming import decoder_nll
+
+    ids = ids.to(dec.device)
+    with ctx.progress(1, f"compiling the decode step of {label} (once)") as bar:  # tens of seconds: 30 layers
         compile_s = dec.warm(ids[None])
         bar.update(1)
-    with ctx.progress(len(ids) - 1, "full, compiled") as bar:
+    with ctx.progress(len(ids) - 1, label) as bar:
         return decoder_nll(dec, ids, bar), compile_s
 
 

@@ -16,7 +16,7 @@ from attnlab.models.rotary import RopeSpec
 SLOT_TENSORS = ("keys", "values", "pos", "valid", "score", "n_pad")  # what a layer stores per slot (and per row)
 
 
-def _per_slot(index: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+def per_slot(index: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """Slot indices (B, H, n) laid out for gathering or scattering whole slots of ``t`` (B, H, S, ...): a score
     kept per slot as several numbers (SnapKV's window) moves as one."""
     extra = t.shape[3:]
@@ -155,7 +155,7 @@ class PolicyLayer(CacheLayerMixin):
             if self.any_pad:  # else every slot is valid already
                 self.valid.scatter_(2, evict, True)
             if self.score is not None:
-                self.score.scatter_(2, _per_slot(evict, self.score), 0.0)
+                self.score.scatter_(2, per_slot(evict, self.score), 0.0)
             self._new, self._q = evict, 1
         else:
             self.settle()  # what follows reads the keys as stored (or reorders them)
@@ -251,7 +251,7 @@ class PolicyLayer(CacheLayerMixin):
                     values=self.values.gather(2, d.expand(-1, -1, -1, self.values.shape[-1])),
                     pos=self.pos.gather(-1, keep),
                     valid=self.valid.gather(-1, keep) & (True if visible is None else visible.gather(-1, keep)),
-                    score=None if self.score is None else self.score.gather(2, _per_slot(keep, self.score)))
+                    score=None if self.score is None else self.score.gather(2, per_slot(keep, self.score)))
 
     # -- rolling positions: the rotations evictions owe the kept keys (attnlab.kv.rolling) ----------------
     @property

@@ -54,9 +54,11 @@ class KVMethod(Method):
         return self._labelled(head, "budget")
 
     def static_step(self) -> str | None:
-        if self.policy().capacity(1 << 40) is not None:  # full keeps every position: it is the static cache
-            return "decodes through a static cache of every position (an evicting cache is not in its graph)"
-        return None
+        policy = self.policy()
+        if policy.capacity(1 << 40) is None:  # full keeps every position: it is the static cache
+            return None
+        # an evicting cache compiles its steady step (attnlab.kv.steady) where one static graph holds it
+        return policy.steady_step()
 
     def enter(self, model, ctx) -> "Evicting":
         return Evicting(model, self)

@@ -140,6 +140,17 @@ class KVPolicy:
         share stay stored beside them, masked, until they are evicted."""
         raise NotImplementedError
 
+    def steady_step(self) -> str | None:
+        """Why one static graph cannot hold this policy's steady decode step (attnlab.kv.steady: once the cache is
+        full, one slot evicted a step and the new token written there), or None where it can."""
+        if self.capacity(1) is None:
+            return "never evicts (the full cache's compiled decode is attnlab.models.compiled's)"
+        if isinstance(self.budget, float):
+            return "keeps a share of the stream, which grows with it, where a compiled steady step needs a token budget"
+        if self.shares_budget():
+            return "shares a layer's budget over its heads, whose masked slots a compiled steady step does not keep"
+        return None
+
     def for_layer(self, layer: int, n_layers: int) -> KVPolicy:
         """The policy layer ``layer`` of ``n_layers`` evicts by: this one, unless the policy spreads its budget
         over the layers (PyramidKV)."""

@@ -21,9 +21,10 @@ Two costs of a compiled step that are not its kernels, both paid on every step (
   ``wrapper="cpp"`` generates C++ for that too (inductor's ``cpp_wrapper``), which costs minutes more to
   compile once (inductor keeps it on disk) and takes a per-step Python loop away.
 
-The full cache only: a KV policy changes the cache's contents' shape step by step, which one static graph
-cannot hold; what else a compiled step cannot run is each method's ``static_step()`` (attnlab.methods). The
-same tokens in, the same logits out as the eager DynamicCache decode, to float rounding (tests/models/test_compiled.py).
+The full cache here: an evicting cache's shapes hold only once it is full, and its compiled step is
+:class:`attnlab.kv.steady.CompiledPolicyDecode`, a subclass that changes the cache and its attention. What else a
+compiled step cannot run is each method's ``static_step()`` (attnlab.methods). The same tokens in, the same
+logits out as the eager DynamicCache decode, to float rounding (tests/models/test_compiled.py).
 """
 from __future__ import annotations
 
@@ -79,9 +80,9 @@ class CompiledDecode:
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":
             require_compiler()
-        register()
+        self._register_attention()
         self.model, self.max_len = model, max_len
-        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self.cache = self._new_cache()
         self.pos = 0
         self._token = torch.zeros(1, 1, dtype=torch.long, device=self.device)
         self._built = _fingerprint(model)
@@ -93,23 +94,36 @@ class CompiledDecode:
         self._step = torch.compile(types.MethodType(_own_code(CompiledDecode._forward), self), dynamic=False,
                                    fullgraph=True, options=options)
 
+    # -- what a subclass with another cache changes (attnlab.kv.steady): the cache, its attention, what reaches it --
+    attn_name = ATTN_NAME  # the attention implementation the step runs under
+
+    _register_attention = staticmethod(register)  # makes attn_name known to transformers
+
+    def _new_cache(self):
+        return StaticCache(config=self.model.config, max_cache_len=self.max_len)
+
+    def _attention_kwargs(self) -> dict:
+        """What the model hands its attention function besides the tensors (transformers passes a forward's extra
+        keyword arguments down to it)."""
+        return {}
+
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """ids (1, n), pos (n,) their positions -> (1, vocab) logits at the last one; the model's attention is
-        grouped_attention for the call only (the model outside is as it was). no_grad inside, not as a
+        ``attn_name`` for the call only (the model outside is as it was). no_grad inside, not as a
         decorator: Dynamo skips torch's decorator frame and would cache the graph on this function's shared
         code object, not on the instance's own copy (_own_code)."""
         config = self.model.config
-        before, config._attn_implementation = config._attn_implementation, ATTN_NAME
+        before, config._attn_implementation = config._attn_implementation, self.attn_name
         try:
             with torch.no_grad():
                 out = self.model(ids, past_key_values=self.cache, cache_position=pos, position_ids=pos[None],
-                                 logits_to_keep=1, use_cache=True)
+                                 logits_to_keep=1, use_cache=True, **self._attention_kwargs())
         finally:
             config._attn_implementation = before
         return out.logits[:, -1]
 
     def _positions(self, n: int) -> torch.Tensor:
-        if self.pos + n > self.max_len:
+        if self.max_len is not None and self.pos + n > self.max_len:
             raise UsageError(f"the static cache holds {self.max_len} positions and {self.pos + n} were asked: "
                              "give CompiledDecode a larger max_len")
         pos = torch.arange(self.pos, self.pos + n, device=self.device)  # the cache's write positions: its device
@@ -119,12 +133,16 @@ class CompiledDecode:
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
         """Start the sequence afresh: ids (1, T) -> (1, vocab) logits at position T - 1 (eager: one call of
         its own shape would cost a compile of its own)."""
-        if _fingerprint(self.model) != self._built:  # the step keeps no guards on the model: this is its check
-            raise UsageError("the model changed since this CompiledDecode was built (a method entered or left, "
-                             "a module swapped): build a new CompiledDecode for the model as it is now")
+        self._check_model()
         self.cache.reset()
         self.pos = 0
         return self._forward(ids, self._positions(ids.shape[1]))
+
+    def _check_model(self) -> None:
+        """The step keeps no guards on the model: this is its check, once a sequence."""
+        if _fingerprint(self.model) != self._built:
+            raise UsageError(f"the model changed since this {type(self).__name__} was built (a method entered or "
+                             "left, a module swapped): build a new one for the model as it is now")
 
     def warm(self, ids: torch.Tensor) -> float:
         """Compile the step now, on ids (1, >= 1) (its first token, twice): the seconds it took (a timed decode
