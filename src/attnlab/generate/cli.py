@@ -26,6 +26,7 @@ EPILOG = """examples:
   attnlab generate --model smollm2 --prompt 'The capital of France is'
   attnlab generate --model smollm2 --prompt 'The capital of France is' --method int8 --compile cpp
   attnlab generate --model smollm2 --prompt 'Once upon a time' --max-new-tokens 300 --method h2o:budget=64
+  attnlab generate --model smollm2 --prompt 'Once upon a time' --max-new-tokens 300 --method h2o:budget=64 --compile
   attnlab generate --model runs/llama/model --prompt 'ROMEO:' --temperature 0.8 --top-k 40 --seed 1
 
 --compile decodes through a static cache that keeps every position and one graph compiled once: it takes
