@@ -17,6 +17,7 @@ import sys
 import time
 
 import torch
+from bench_kv_decode import prefill  # benchmarks/bench_kv_decode.py
 from bench_llamacpp import paired  # benchmarks/bench_llamacpp.py
 
 from attnlab.data.sources import read_corpus
@@ -38,11 +39,10 @@ class Eager:
     def __init__(self, model, policy, positions):
         self.model, self.policy, self.positions = model, policy, positions
 
-    @torch.no_grad()
-    def prefill(self, ids: torch.Tensor, chunk: int = 512) -> None:
-        self.cache = PolicyCache(self.model, self.policy, self.positions)
-        for s in range(0, ids.shape[1], chunk):
-            self.step(ids[:, s:s + chunk])
+    def prefill(self, ids: torch.Tensor) -> None:
+        """ids (1, T): chunks of 512, as bench_kv_decode prefills (and CompiledPolicyDecode by default)."""
+        self.cache = prefill(self.model, ids[0], ids.shape[1],
+                             lambda: PolicyCache(self.model, self.policy, self.positions))
 
     @torch.no_grad()
     def step(self, ids: torch.Tensor) -> torch.Tensor:

@@ -41,9 +41,9 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
             with ctx.progress(len(ids) - 1, "dense") as bar:
                 runs["dense"] = stream_nll(model, ids, PolicyCache(model, make_policy("full")), DENSE_CHUNK, bar)
         compile_s = {}
-        for label, dec in (compiled_decoders(model, policy, kv.positions, len(ids), cfg.compile_wrapper).items()
-                           if cfg.compile else ()):
-            runs[label], compile_s[label] = compiled_run(dec, ids, ctx, label)
+        if cfg.compile:
+            for label, dec in compiled_decoders(model, policy, kv.positions, len(ids), cfg.compile_wrapper).items():
+                runs[label], compile_s[label] = compiled_run(dec, ids, ctx, label)
         if cfg.recompute and isinstance(policy.budget, int):
             with ctx.progress(len(ids) - 1, "recompute") as bar:
                 runs[f"recompute window {policy.budget}"] = recompute_nll(model, ids, policy.budget, progress=bar)

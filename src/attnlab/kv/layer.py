@@ -11,16 +11,10 @@ from transformers.cache_utils import CacheLayerMixin
 
 from attnlab.kv.policies import KVPolicy, SlotState
 from attnlab.kv.rolling import RollingKeys
+from attnlab.kv.slots import overwrite, per_slot
 from attnlab.models.rotary import RopeSpec
 
 SLOT_TENSORS = ("keys", "values", "pos", "valid", "score", "n_pad")  # what a layer stores per slot (and per row)
-
-
-def per_slot(index: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """Slot indices (B, H, n) laid out for gathering or scattering whole slots of ``t`` (B, H, S, ...): a score
-    kept per slot as several numbers (SnapKV's window) moves as one."""
-    extra = t.shape[3:]
-    return index.view(*index.shape, *(1,) * len(extra)).expand(*index.shape, *extra)
 
 
 class PolicyLayer(CacheLayerMixin):
@@ -148,14 +142,9 @@ class PolicyLayer(CacheLayerMixin):
             evict = self._priority().argmin(-1, keepdim=True)  # (B, H, 1)
             if self.rolling is not None:  # older kept keys move forward by 1, now or owed
                 self.rolling.evicted(self._buf["keys"], self.pos, self.pos.gather(-1, evict), evict, self.lag_limit)
-            d_idx = evict[..., None]
-            self.keys.scatter_(2, d_idx.expand(-1, -1, -1, self.keys.shape[-1]), key_states)
-            self.values.scatter_(2, d_idx.expand(-1, -1, -1, self.values.shape[-1]), value_states)
-            self.pos.scatter_(2, evict, self.seen)
+            overwrite(self, evict, key_states, value_states, self.seen)
             if self.any_pad:  # else every slot is valid already
                 self.valid.scatter_(2, evict, True)
-            if self.score is not None:
-                self.score.scatter_(2, per_slot(evict, self.score), 0.0)
             self._new, self._q = evict, 1
         else:
             self.settle()  # what follows reads the keys as stored (or reorders them)

@@ -55,7 +55,7 @@ class KVMethod(Method):
 
     def static_step(self) -> str | None:
         policy = self.policy()
-        if policy.capacity(1 << 40) is None:  # full keeps every position: it is the static cache
+        if not policy.needs_budget:  # full keeps every position: it is the static cache
             return None
         # an evicting cache compiles its steady step (attnlab.kv.steady) where one static graph holds it
         return policy.steady_step()

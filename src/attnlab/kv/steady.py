@@ -30,8 +30,9 @@ from transformers.masking_utils import AttentionMaskInterface
 from attnlab.core.errors import UsageError
 from attnlab.kv.attention import materialised
 from attnlab.kv.cache import PolicyCache
-from attnlab.kv.layer import PolicyLayer, per_slot
+from attnlab.kv.layer import PolicyLayer
 from attnlab.kv.policies import KVPolicy, SlotState
+from attnlab.kv.slots import overwrite
 from attnlab.models.compiled import CompiledDecode
 
 ATTN_NAME = "attnlab_steady"
@@ -45,16 +46,17 @@ class SteadyLayer(CacheLayerMixin):
     is_compileable, is_sliding = True, False
 
     def __init__(self, policy: KVPolicy, rope, like: PolicyLayer):
+        """Buffers shaped as ``like``'s slots (an eager layer at its steady count); ``load`` fills them."""
         super().__init__()
         self.policy, self.rope = policy, rope
-        self.keys, self.values = like.keys.clone(), like.values.clone()  # (1, H, S, D)
-        self.pos = like.pos.clone()  # (1, H, S) long
-        self.score = None if like.score is None else like.score.clone()  # (1, H, S, ...) float32
-        self.first = like.n_pad.clone()  # (1, 1, 1) long: the stream's first real token
-        self.seen = torch.tensor(like.seen, device=self.keys.device)  # () long
+        self.keys, self.values = torch.empty_like(like.keys), torch.empty_like(like.values)  # (1, H, S, D)
+        self.pos = torch.empty_like(like.pos)  # (1, H, S) long
+        self.score = None if like.score is None else torch.empty_like(like.score)  # (1, H, S, ...) float32
+        self.first = torch.empty_like(like.n_pad)  # (1, 1, 1) long: the stream's first real token
+        self.seen = torch.zeros((), dtype=torch.long, device=self.keys.device)  # the stream's length
         self.is_initialized = True
         if rope is not None:  # RopeSpec makes R(1)'s cos/sin on first use: here, not inside the graph, where adding
-            rope.rotate(self.keys[0, 0, :1], 1)  # them to its dict would fail the next call's guard (a second compile)
+            rope.rotate(like.keys[0, 0, :1], 1)  # them to its dict would fail the next call's guard (a second compile)
 
     def lazy_initialization(self, key_states, value_states) -> None:  # made whole from an eager layer (above)
         pass
@@ -76,12 +78,7 @@ class SteadyLayer(CacheLayerMixin):
             older = (self.pos < self.pos.gather(-1, evict))[..., None]  # (1, H, S, 1)
             flat = self.keys.view(-1, self.keys.shape[-1])
             self.keys.copy_(torch.where(older, self.rope.rotate(flat, 1).view_as(self.keys), self.keys))
-        d_idx = evict[..., None]  # (1, H, 1, 1)
-        self.keys.scatter_(2, d_idx.expand(-1, -1, -1, self.keys.shape[-1]), key_states)
-        self.values.scatter_(2, d_idx.expand(-1, -1, -1, self.values.shape[-1]), value_states)
-        self.pos.scatter_(2, evict, self.seen.expand_as(evict))
-        if self.score is not None:
-            self.score.scatter_(2, per_slot(evict, self.score), 0.0)
+        overwrite(self, evict, key_states, value_states, self.seen)
         self.seen += 1
         return self.keys, self.values
 
@@ -142,14 +139,16 @@ class CompiledPolicyDecode(CompiledDecode):
         check_steady(policy)
         self.policy, self.positions, self.chunk = policy, positions, chunk
         self.eager: PolicyCache | None = None  # the stream's cache until it is full
-        self._steady: Cache | None = None  # the static buffers, made at the first steady step, reused after
         super().__init__(model, max_len=None, wrapper=wrapper)
 
-    def _new_cache(self) -> PolicyCache:
+    def _new_cache(self) -> None:
+        return None  # the static buffers: made at the first steady step (shaped as the full cache), reused after
+
+    def _policy_cache(self) -> PolicyCache:
         return PolicyCache(self.model, self.policy, self.positions)
 
     def _attention_kwargs(self) -> dict:
-        return {"steady": self._steady}
+        return {"steady": self.cache}
 
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
         """Start the stream afresh: ids (1, T) -> (1, vocab) logits at position T - 1, eager."""
@@ -157,7 +156,7 @@ class CompiledPolicyDecode(CompiledDecode):
             raise UsageError(f"a compiled decode streams one sequence: got a batch of {ids.shape[0]}")
         self._check_model()
         self.pos = 0
-        self.eager = self._new_cache()
+        self.eager = self._policy_cache()
         for s in range(0, ids.shape[1], self.chunk):
             logits = self._eager(ids[:, s:s + self.chunk])
         return logits
@@ -178,13 +177,10 @@ class CompiledPolicyDecode(CompiledDecode):
         return super().step(token)
 
     def _enter_steady(self) -> None:
-        if self.eager.layers[0].any_pad:
-            raise UsageError("a compiled decode streams real tokens only: this stream's cache holds padding")
-        if self._steady is None:
+        if self.cache is None:
             rope = self.eager.layers[0].rope
-            self._steady = Cache(layers=[SteadyLayer(layer.policy, rope, layer) for layer in self.eager.layers])
-            self.cache = self._steady
-        for mine, like in zip(self._steady.layers, self.eager.layers):
+            self.cache = Cache(layers=[SteadyLayer(layer.policy, rope, layer) for layer in self.eager.layers])
+        for mine, like in zip(self.cache.layers, self.eager.layers):
             mine.load(like)
         self.eager = None
 
@@ -200,12 +196,12 @@ class CompiledPolicyDecode(CompiledDecode):
 
     def fills_at(self) -> int:
         """The stream length at which every layer holds its steady count (its budget + 1): the next step compiles."""
-        return max(layer.policy.capacity(1) for layer in self._new_cache().layers) + 1
+        return max(layer.policy.capacity(1) for layer in self._policy_cache().layers) + 1
 
     def kv_bytes(self) -> int:
         if self.eager is not None:
             return self.eager.kv_bytes()
-        return sum(layer.keys.nbytes + layer.values.nbytes for layer in self._steady.layers)
+        return sum(layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
 
 
 def _full(layer: PolicyLayer) -> bool:
