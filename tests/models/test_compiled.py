@@ -36,7 +36,8 @@ def compiled_greedy(dec, ids, steps):
 
 
 @pytest.mark.parametrize("quant,wrapper", [(None, "python"), ("int8", "python"), ("int8", "cpp"),
-                                            ("w8a8", "cpp"), ("w8a8x2", "python")])
+                                            ("w8a8", "cpp"), ("w8a8x2", "python"),
+                                            ("bf16", "python")])
 def test_compiled_step_writes_the_eager_logits(quant, wrapper):
     """Through the Python wrapper and the C++ one (inductor's cpp_wrapper): the same kernels, the same logits."""
     model = tiny("llama", hidden_size=64, intermediate_size=128)  # int8's kernel wants K a multiple of 16

@@ -80,8 +80,8 @@ def _rules():
 @pytest.mark.parametrize("name", ARCHS)
 @pytest.mark.parametrize("rule", ["oracle", "cats", "teal"])
 @pytest.mark.parametrize("rows", [1, 3])
-@pytest.mark.parametrize("scheme", ["int8", "w8a8", "smoothquant"])
-def test_int8_gather_equals_int8_mask(name, rule, rows, scheme):
+@pytest.mark.parametrize("scheme", ["int8", "w8a8", "smoothquant", "bf16"])
+def test_quantized_gather_equals_quantized_mask(name, rule, rows, scheme):
     model, ids = tiny(name), random_ids(T, seed=5)
     r = _rules()[rule]
     x = ids.view(-1)[:rows * 4].view(rows, 4)  # batch of `rows` sequences
