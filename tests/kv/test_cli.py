@@ -48,6 +48,9 @@ def test_stream_writes_metrics_and_evicting_cache_holds_less(setup, tmp_path, ca
     assert sinks["bytes_per_token"] < dense["weight_bytes"] + dense["kv_bytes"]  # what the full cache reads a step
     assert runs["recompute window 16"]["ledger"] is None
     assert "roofline" in lines[0] and "yield" in lines[0]
+    # the rate over the last half: the cache's own run streams token by token; the dense reference is one forward
+    assert runs["sinks(2)+window(budget=16)"]["late_tokens_per_s"] > 0 and "over the last half" in lines[0]
+    assert runs["dense"]["late_tokens_per_s"] is None and runs["recompute window 16"]["late_tokens_per_s"] is None
 
 
 @pytest.mark.slow
@@ -171,6 +174,17 @@ def test_stream_bad_input_is_one_line_exit_2(setup, tmp_path, capsys, argv, mess
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_the_late_rate_counts_the_tokens_and_seconds_of_the_streams_last_half_alone():
+    from attnlab.evals.streaming import StreamResult
+
+    # 8 tokens: the first 4 slow (1 s each, a cache filling), the last 4 fast (0.25 s each)
+    clock = [(t, float(t)) for t in range(1, 5)] + [(4 + t, 4 + 0.25 * t) for t in range(1, 5)]
+    r = StreamResult(np.zeros(7), clock[-1][1], [], clock)
+    assert r.tokens_per_s == pytest.approx(8 / 5)  # the mean holds the slow half
+    assert r.late_tokens_per_s == pytest.approx(3 / 0.75)  # from the clock's middle entry (token 5) to its last
+    assert StreamResult(np.zeros(7), 1.0, [], clock[:1]).late_tokens_per_s is None  # one forward: no rate
 
 
 def test_chunked_dense_streaming_is_exact_and_recompute_with_a_long_window_is_dense():

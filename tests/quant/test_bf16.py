@@ -1,6 +1,7 @@
-"""The bf16 scheme (attnlab/quant/schemes/bf16.py): each weight rounded to nearest bf16, each product the one a
-model cast to bf16 takes, everything between the products left in the model's dtype; entered and left like any
-method, restoring the float model bit for bit."""
+"""The bf16 scheme (attnlab/quant/schemes/bf16.py): each weight rounded to nearest bf16, each product a bf16
+product (bf16 inputs, float32 sums, rounded to bf16; a bias added after, in the model's dtype), everything between
+the products left in the model's dtype; entered and left like any method, restoring the float model bit for
+bit."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,7 +26,7 @@ def test_each_weight_is_rounded_to_its_nearest_bf16_at_half_the_bytes():
     assert wb.nbytes * 2 == w.numel() * w.element_size()
 
 
-def test_the_product_is_the_bf16_product_of_a_model_cast_to_bf16_and_its_pieces_are_its_pieces():
+def test_the_product_is_the_bf16_product_and_its_pieces_are_its_pieces():
     torch.manual_seed(1)
     w, x, bias = torch.randn(80, 72), torch.randn(2, 5, 72), torch.randn(80)
     wb = quantize(w)

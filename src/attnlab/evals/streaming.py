@@ -49,6 +49,16 @@ class StreamResult:
     def tokens_per_s(self) -> float:
         return (len(self.nll) + 1) / self.seconds
 
+    @property
+    def late_tokens_per_s(self) -> float | None:
+        """Tokens/s over the stream's last half, by the clock: an evicting cache's rate once its budget is full
+        (a budget under half the stream), where ``tokens_per_s`` also averages in the steps before it filled
+        (and, for a compiled steady step, the eager ones). None without a clock (or with one forward)."""
+        if len(self.clock) < 2:
+            return None
+        (t_mid, s_mid), (t_end, s_end) = self.clock[len(self.clock) // 2], self.clock[-1]
+        return (t_end - t_mid) / (s_end - s_mid) if s_end > s_mid else None
+
 
 @torch.no_grad()
 def stream_nll(model, ids: torch.Tensor, cache, chunk: int = 1, progress=None) -> StreamResult:

@@ -61,7 +61,8 @@ def run_stream(cfg: StreamRun, ctx) -> Result:
                "positions": kv.positions, "chunk": cfg.chunk, "compile_s": compile_s,
                "compile_wrapper": cfg.compile_wrapper if cfg.compile else None,
                "methods": [m.spec() for m in methods],
-               "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
+               "runs": {k: {"ppl": r.ppl, "tokens_per_s": r.tokens_per_s, "late_tokens_per_s": r.late_tokens_per_s,
+                            "seconds": r.seconds,
                             "kv_bytes_final": r.kv_bytes[-1][1] if r.kv_bytes else None,
                             "kv_bytes_max": max(v for _, v in r.kv_bytes) if r.kv_bytes else None,
                             "ledger": lines.get(k)}
@@ -117,7 +118,9 @@ def result_lines(runs: dict) -> list[str]:
         led = r.get("ledger")
         roof = (f"; {led['bytes_per_token'] / 2**20:.1f} MiB read a token, roofline {led['roofline_tokens_per_s']:.1f} "
                 f"tokens/s, yield {led['yield']:.0%}") if led else ""
-        lines.append(f"{k}: PPL {r['ppl']:.3f}, {r['tokens_per_s']:.1f} tokens/s{kv}{roof}")
+        late = r.get("late_tokens_per_s")
+        late = f" ({late:.1f} over the last half)" if late is not None else ""
+        lines.append(f"{k}: PPL {r['ppl']:.3f}, {r['tokens_per_s']:.1f} tokens/s{late}{kv}{roof}")
     return lines
 
 

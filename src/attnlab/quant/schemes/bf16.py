@@ -1,6 +1,6 @@
 """bf16 weights: each projection's weight rounded to bfloat16 and its product taken in bfloat16 (float32 sums,
-the result rounded to bf16), everything between the products -- norms, rotary, attention, the KV cache, the
-residual stream -- left in the model's own dtype.
+the result rounded to bf16; a bias added after, in the model's dtype), everything between the products --
+norms, rotary, attention, the KV cache, the residual stream -- left in the model's own dtype.
 
     wb = quantize(w)          # w (out, in) float -> BF16Weight(w (out, in) bf16): half fp32's bytes
     y = wb.linear(x, bias)    # x (..., in) -> (..., out) in x's dtype: F.linear on bf16 x and w
